@@ -1,0 +1,425 @@
+//! HNSW (Malkov & Yashunin, 2018) over any [`GraphStore`]: insert, search, neighbor selection.
+//!
+//! This module knows nothing about files. The writer's segments and a reader's snapshot both
+//! implement [`GraphStore`]; neighbor words are [`AtomicU32`]s, loaded and stored relaxed, so a
+//! reader in another process always sees whole ids (ADR-0008 decision 5).
+//!
+//! Symbols as in the paper: M (upper-layer list capacity and the number of neighbors a new
+//! node selects on every layer, as hnswlib does), M0 = 2M (layer-0 capacity),
+//! mL = 1/ln(M) (level normalisation), ef (search breadth), ef_construction. Neighbor
+//! selection is the heuristic of algorithm 4 over all ef_construction candidates, with no cap
+//! on how many are considered (ADR-0004 amendment).
+//!
+//! Invariants kept: a neighbor word is a slot below the routing count or [`EMPTY`]; anything
+//! else read from a store (a stale or corrupt word) is skipped, never followed out of bounds.
+//! When a full list is pruned, surviving entries keep their words and dropped words are
+//! emptied last ([`rewrite_preserving`]), so a concurrent reader never misses an edge that is
+//! in both the old and the new list.
+
+pub mod distance;
+pub mod visited;
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use distance::{Distance, Metric, SimdLevel};
+pub use visited::VisitedSet;
+
+/// The empty neighbor word.
+pub const EMPTY: u32 = u32::MAX;
+
+/// What HNSW needs from storage.
+pub trait GraphStore {
+    /// Slots below this may be traversed (R for readers, all written slots for the writer).
+    fn routing_count(&self) -> u32;
+    /// The vector of `slot`, or `None` if it can't be read (treated as absent).
+    fn vector(&self, slot: u32) -> Option<&[f32]>;
+    /// The level-0 neighbor words of `slot` (M0 of them).
+    fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
+    /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
+    /// layer.
+    fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]>;
+}
+
+/// Graph parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// M.
+    pub m: usize,
+    /// M0 = 2M.
+    pub m0: usize,
+    /// ef_construction.
+    pub ef_construction: usize,
+    /// Most layers a node may have, layer 0 included.
+    pub max_layers: usize,
+}
+
+impl Params {
+    /// Neighbor list capacity on `layer`.
+    pub fn capacity(&self, layer: usize) -> usize {
+        if layer == 0 {
+            self.m0
+        } else {
+            self.m
+        }
+    }
+}
+
+/// A slot with its distance to the query; ordered by distance, then slot.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scored {
+    /// Distance to the query.
+    pub distance: f32,
+    /// Slot.
+    pub slot: u32,
+}
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.distance.total_cmp(&other.distance).then(self.slot.cmp(&other.slot))
+    }
+}
+
+/// Reusable per-search memory: visited set and the two heaps.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    visited: VisitedSet,
+    candidates: BinaryHeap<Reverse<Scored>>,
+    results: BinaryHeap<Scored>,
+    /// Distance computations made since this scratch was created (for benchmarks).
+    pub distance_count: u64,
+}
+
+/// The level of a node: ⌊−ln(U)·mL⌋ with mL = 1/ln(M), capped below `max_layers`. U is drawn
+/// from `(seed, slot)` by SplitMix64, so a slot's level is the same on every run and reopen.
+pub fn random_level(seed: u64, slot: u32, m: usize, max_layers: usize) -> usize {
+    let mut z = seed ^ u64::from(slot).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // U in (0, 1]: never ln(0).
+    let u = ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let ml = 1.0 / (m as f64).ln();
+    let level = (-u.ln() * ml).floor();
+    (level as usize).min(max_layers.saturating_sub(1))
+}
+
+fn neighbors<S: GraphStore>(store: &S, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+    if layer == 0 {
+        store.level0(slot)
+    } else {
+        store.upper(slot, layer)
+    }
+}
+
+/// Greedy descent (ef = 1) from `layer_from` down to `layer_to + 1`; returns the closest node
+/// found and its distance.
+pub fn greedy_descent<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    mut cur: Scored,
+    layer_from: usize,
+    layer_to: usize,
+    scratch: &mut Scratch,
+) -> Scored {
+    let r = store.routing_count();
+    for layer in (layer_to + 1..=layer_from).rev() {
+        loop {
+            let mut changed = false;
+            if let Some(list) = store.upper(cur.slot, layer) {
+                for w in list {
+                    let n = w.load(Ordering::Relaxed);
+                    if n >= r {
+                        continue;
+                    }
+                    let Some(v) = store.vector(n) else { continue };
+                    scratch.distance_count += 1;
+                    let d = dist.eval(q, v);
+                    if d < cur.distance {
+                        cur = Scored { distance: d, slot: n };
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    cur
+}
+
+/// Beam search on one layer (algorithm 2) from `entry`. Every reachable slot below the routing
+/// count may be expanded; only slots `accept` admits enter the results (deleted or uncommitted
+/// slots are routed through, never returned). Returns up to `ef` results, nearest first.
+#[allow(clippy::too_many_arguments)]
+pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    entry: Scored,
+    ef: usize,
+    layer: usize,
+    accept: F,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
+    let r = store.routing_count();
+    scratch.visited.reset(r as usize);
+    scratch.candidates.clear();
+    scratch.results.clear();
+    scratch.visited.insert(entry.slot);
+    scratch.candidates.push(Reverse(entry));
+    if accept(entry.slot) {
+        scratch.results.push(entry);
+    }
+    let mut bound = scratch.results.peek().map_or(f32::INFINITY, |s| s.distance);
+    while let Some(Reverse(c)) = scratch.candidates.pop() {
+        if c.distance > bound && scratch.results.len() >= ef {
+            break;
+        }
+        let Some(list) = neighbors(store, c.slot, layer) else { continue };
+        for w in list {
+            let n = w.load(Ordering::Relaxed);
+            if n >= r || !scratch.visited.insert(n) {
+                continue;
+            }
+            let Some(v) = store.vector(n) else { continue };
+            scratch.distance_count += 1;
+            let d = dist.eval(q, v);
+            if scratch.results.len() < ef || d < bound {
+                let s = Scored { distance: d, slot: n };
+                scratch.candidates.push(Reverse(s));
+                if accept(n) {
+                    scratch.results.push(s);
+                    if scratch.results.len() > ef {
+                        scratch.results.pop();
+                    }
+                }
+                if let Some(top) = scratch.results.peek() {
+                    if scratch.results.len() >= ef {
+                        bound = top.distance;
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<Scored> = scratch.results.drain().collect();
+    out.sort_unstable();
+    out
+}
+
+/// k-NN search (algorithm 5): greedy descent through the upper layers, then a beam of
+/// `max(ef, k)` on layer 0. Returns up to `k` accepted slots, nearest first.
+#[allow(clippy::too_many_arguments)]
+pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    entry_point: u32,
+    max_layer: usize,
+    k: usize,
+    ef: usize,
+    accept: F,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
+    let Some(v) = store.vector(entry_point) else { return Vec::new() };
+    scratch.distance_count += 1;
+    let start = Scored { distance: dist.eval(q, v), slot: entry_point };
+    let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
+    let mut out = search_layer(store, dist, q, cur, ef.max(k), 0, accept, scratch);
+    out.truncate(k);
+    out
+}
+
+/// The neighbor-selection heuristic (algorithm 4, without extending or keeping pruned
+/// candidates): walk `candidates` nearest first and keep one only if it is nearer to the base
+/// than to every neighbor kept so far, until `m` are kept. Fewer than `m` candidates are all
+/// kept, as in hnswlib.
+pub fn select_neighbors<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    candidates: &[Scored],
+    m: usize,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
+    if candidates.len() <= m {
+        return candidates.to_vec();
+    }
+    let mut kept: Vec<Scored> = Vec::with_capacity(m);
+    for &c in candidates {
+        if kept.len() >= m {
+            break;
+        }
+        let Some(cv) = store.vector(c.slot) else { continue };
+        let good = kept.iter().all(|k| match store.vector(k.slot) {
+            Some(kv) => {
+                scratch.distance_count += 1;
+                dist.eval(cv, kv) >= c.distance
+            }
+            None => true,
+        });
+        if good {
+            kept.push(c);
+        }
+    }
+    kept
+}
+
+/// Rewrites `words` to hold exactly `keep` (at most `words.len()` slots), keeping every
+/// surviving entry in its word, writing new entries into free or dropped words, and emptying
+/// the remaining dropped words last (ADR-0008 decision 5).
+pub fn rewrite_preserving(words: &[AtomicU32], keep: &[u32]) {
+    let old: Vec<u32> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+    let mut free: Vec<usize> = Vec::new();
+    for (i, &o) in old.iter().enumerate() {
+        if o == EMPTY || !keep.contains(&o) {
+            free.push(i);
+        }
+    }
+    // Empty words first, so dropped entries stay visible as long as possible.
+    free.sort_by_key(|&i| old[i] != EMPTY);
+    let mut free = free.into_iter();
+    for &k in keep {
+        if !old.contains(&k) {
+            if let Some(i) = free.next() {
+                words[i].store(k, Ordering::Relaxed);
+            }
+        }
+    }
+    for i in free {
+        if old[i] != EMPTY {
+            words[i].store(EMPTY, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Adds the edge `from → to` on `layer`, pruning `from`'s list with the heuristic when full.
+fn link<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    params: &Params,
+    from: u32,
+    to: u32,
+    to_distance: f32,
+    layer: usize,
+    scratch: &mut Scratch,
+) {
+    let Some(words) = neighbors(store, from, layer) else { return };
+    let r = store.routing_count();
+    let mut current: Vec<u32> = Vec::with_capacity(words.len() + 1);
+    for w in words {
+        let n = w.load(Ordering::Relaxed);
+        if n == to {
+            return;
+        }
+        if n != EMPTY {
+            current.push(n);
+        }
+    }
+    if let Some(w) = words.iter().find(|w| w.load(Ordering::Relaxed) == EMPTY) {
+        w.store(to, Ordering::Relaxed);
+        return;
+    }
+    let Some(fv) = store.vector(from) else { return };
+    let mut cands: Vec<Scored> = Vec::with_capacity(current.len() + 1);
+    cands.push(Scored { distance: to_distance, slot: to });
+    for n in current {
+        // A word at or past the routing count is a stale hint: drop it.
+        if n >= r || n == from {
+            continue;
+        }
+        if let Some(v) = store.vector(n) {
+            scratch.distance_count += 1;
+            cands.push(Scored { distance: dist.eval(fv, v), slot: n });
+        }
+    }
+    cands.sort_unstable();
+    let kept = select_neighbors(store, dist, &cands, params.capacity(layer), scratch);
+    let keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();
+    rewrite_preserving(words, &keep);
+}
+
+/// Inserts `slot` (algorithm 1), whose vector and empty neighbor lists for `level` layers are
+/// already written, given the current entry point and its top layer (`None` when the graph is
+/// empty). Returns true if `slot` becomes the new entry point.
+pub fn insert<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    params: &Params,
+    slot: u32,
+    level: usize,
+    entry: Option<(u32, usize)>,
+    scratch: &mut Scratch,
+) -> bool {
+    let Some((ep, max_layer)) = entry else { return true };
+    let Some(q) = store.vector(slot) else { return false };
+    let Some(ev) = store.vector(ep) else { return false };
+    scratch.distance_count += 1;
+    let mut cur = Scored { distance: dist.eval(q, ev), slot: ep };
+    if max_layer > level {
+        cur = greedy_descent(store, dist, q, cur, max_layer, level, scratch);
+    }
+    for layer in (0..=level.min(max_layer)).rev() {
+        let found = search_layer(store, dist, q, cur, params.ef_construction, layer, |s| s != slot, scratch);
+        let selected = select_neighbors(store, dist, &found, params.m, scratch);
+        if let Some(words) = neighbors(store, slot, layer) {
+            for (w, s) in words.iter().zip(&selected) {
+                w.store(s.slot, Ordering::Relaxed);
+            }
+        }
+        for s in &selected {
+            link(store, dist, params, s.slot, slot, s.distance, layer, scratch);
+        }
+        if let Some(best) = found.first() {
+            cur = *best;
+        }
+    }
+    level > max_layer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_the_geometric_distribution() {
+        let m = 16;
+        let n = 200_000u32;
+        let mut counts = [0u32; 16];
+        for s in 0..n {
+            counts[random_level(7, s, m, 16)] += 1;
+        }
+        // P(level >= 1) = 1/M.
+        let upper = n - counts[0];
+        let expected = n as f64 / m as f64;
+        assert!((upper as f64 - expected).abs() < expected * 0.05, "{upper} vs {expected}");
+        assert_eq!(random_level(7, 5, m, 16), random_level(7, 5, m, 16));
+        assert!((0..n).all(|s| random_level(1, s, 2, 4) < 4));
+    }
+
+    #[test]
+    fn rewrite_keeps_survivors_in_their_words() {
+        let words: Vec<AtomicU32> = [1, 2, 3, EMPTY].into_iter().map(AtomicU32::new).collect();
+        rewrite_preserving(&words, &[3, 1, 9, 8]);
+        let now: Vec<u32> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        assert_eq!(now[0], 1);
+        assert_eq!(now[2], 3);
+        // 9 takes the empty word first, 8 the dropped one.
+        assert_eq!(now[3], 9);
+        assert_eq!(now[1], 8);
+        rewrite_preserving(&words, &[3]);
+        let now: Vec<u32> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        assert_eq!(now, vec![EMPTY, EMPTY, 3, EMPTY]);
+    }
+}

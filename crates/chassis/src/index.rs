@@ -1,0 +1,714 @@
+//! The writer: one [`Index`] per file holds its exclusive lock and is the only thing that
+//! changes it.
+//!
+//! Adds and deletes are visible to this index's own searches at once (read-your-writes) and
+//! become durable together at [`Index::flush`], all or nothing (ADR-0007). Dropping an index
+//! without flushing discards everything since the last flush: the next open sees the last
+//! committed state (ghost slots past it are reused).
+//!
+//! Invariants: `count` ≥ the committed count N and every slot below `count` is fully written
+//! (slot header, vector, record) before the graph links to it; the entry point is a slot below
+//! `count`; a slot is live when it is below `count`, its deleted epoch is 0 or above the
+//! committed epoch E, and no pending delete names it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::{Error, Result};
+use crate::format::geometry::Geometry;
+use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
+use crate::format::{self, record};
+use crate::graph::{self, Distance, GraphStore, Metric, Params, Scored, Scratch};
+use crate::os::{FileStorage, MemStorage, Storage};
+use crate::storage::{NewFile, Store};
+
+/// Default M.
+pub const DEFAULT_M: usize = 16;
+/// Default ef_construction.
+pub const DEFAULT_EF_CONSTRUCTION: usize = 200;
+/// Default ef for searches that don't name one.
+pub const DEFAULT_EF_SEARCH: usize = 64;
+/// Default most layers per node.
+pub const DEFAULT_MAX_LAYERS: usize = 16;
+/// Default seed of the level generator.
+pub const DEFAULT_SEED: u64 = 0x00C4_A551_5EED;
+
+/// How to create an index.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Vector dimensions (1..=65,536).
+    pub dims: usize,
+    /// Distance metric; fixed for the life of the file.
+    pub metric: Metric,
+    /// M: neighbors per node on upper layers (2..=32,767); layer 0 keeps 2M.
+    pub m: usize,
+    /// Beam width while building (≥ 1).
+    pub ef_construction: usize,
+    /// Seed of the level generator: the same seed and inserts give the same graph.
+    pub seed: u64,
+    /// Most layers per node (1..=64).
+    pub max_layers: usize,
+    /// Segment and heap geometry; `None` for the production layout. Tests use
+    /// [`Geometry::small_for_tests`] to cross many regions with few vectors.
+    pub geometry: Option<Geometry>,
+}
+
+impl Options {
+    /// Defaults: M = 16, ef_construction = 200, 16 layers, production geometry.
+    pub fn new(dims: usize, metric: Metric) -> Options {
+        Options {
+            dims,
+            metric,
+            m: DEFAULT_M,
+            ef_construction: DEFAULT_EF_CONSTRUCTION,
+            seed: DEFAULT_SEED,
+            max_layers: DEFAULT_MAX_LAYERS,
+            geometry: None,
+        }
+    }
+
+    /// Sets M.
+    pub fn m(mut self, m: usize) -> Options {
+        self.m = m;
+        self
+    }
+
+    /// Sets ef_construction.
+    pub fn ef_construction(mut self, ef: usize) -> Options {
+        self.ef_construction = ef;
+        self
+    }
+
+    /// Sets the level seed.
+    pub fn seed(mut self, seed: u64) -> Options {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the geometry.
+    pub fn geometry(mut self, g: Geometry) -> Options {
+        self.geometry = Some(g);
+        self
+    }
+
+    fn validate(&self) -> Result<NewFile> {
+        if self.dims == 0 || self.dims > header::MAX_DIMS as usize {
+            return Err(Error::InvalidArgument(format!("dims must be 1..=65536, got {}", self.dims)));
+        }
+        if self.m < 2 || self.m > header::MAX_M as usize {
+            return Err(Error::InvalidArgument(format!(
+                "M must be 2..=32767 (M0 = 2M must fit in a u16), got {}",
+                self.m
+            )));
+        }
+        if self.ef_construction == 0 || self.ef_construction > u32::MAX as usize {
+            return Err(Error::InvalidArgument("ef_construction must be at least 1".into()));
+        }
+        if self.max_layers == 0 || self.max_layers > header::MAX_LAYERS_LIMIT as usize {
+            return Err(Error::InvalidArgument("max_layers must be 1..=64".into()));
+        }
+        let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
+        let geometry = self.geometry.unwrap_or_else(|| Geometry::for_layout(dims, m, layers));
+        if let Some(why) = geometry.validate(m, layers) {
+            return Err(Error::InvalidArgument(format!("geometry: {why}")));
+        }
+        Ok(NewFile {
+            dims,
+            metric: metric_code(self.metric),
+            m,
+            max_layers: layers,
+            ef_construction: self.ef_construction as u32,
+            seed: self.seed,
+            geometry,
+        })
+    }
+}
+
+fn metric_code(m: Metric) -> u32 {
+    match m {
+        Metric::L2Squared => header::METRIC_L2_SQUARED,
+        Metric::Cosine => header::METRIC_COSINE,
+        Metric::InnerProduct => header::METRIC_INNER_PRODUCT,
+    }
+}
+
+fn metric_from_code(c: u32) -> Result<Metric> {
+    match c {
+        header::METRIC_L2_SQUARED => Ok(Metric::L2Squared),
+        header::METRIC_COSINE => Ok(Metric::Cosine),
+        header::METRIC_INNER_PRODUCT => Ok(Metric::InnerProduct),
+        _ => Err(Error::corrupt(format!("unknown metric code {c}"), header::at::METRIC as u64)),
+    }
+}
+
+/// One search hit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Neighbor {
+    /// The stored id.
+    pub id: u64,
+    /// Distance to the query (smaller is nearer; see [`Metric`]).
+    pub distance: f32,
+}
+
+/// A summary of an open index, for `chassis info` and bindings.
+#[derive(Clone, Debug)]
+pub struct Info {
+    /// Dimensions.
+    pub dims: usize,
+    /// Metric.
+    pub metric: Metric,
+    /// M.
+    pub m: usize,
+    /// M0.
+    pub m0: usize,
+    /// ef_construction.
+    pub ef_construction: usize,
+    /// Live vectors this index sees (pending adds and deletes included).
+    pub count: u64,
+    /// Deleted slots this index sees (pending deletes included).
+    pub deleted: u64,
+    /// Committed slot count N.
+    pub committed_count: u64,
+    /// Committed deleted count.
+    pub committed_deleted: u64,
+    /// Slots written (N plus pending adds).
+    pub slots: u64,
+    /// Delete epoch E.
+    pub delete_epoch: u64,
+    /// Pending delete epoch in the header.
+    pub pending_delete_epoch: u64,
+    /// Header sequence.
+    pub sequence: u64,
+    /// Which copy holds the newest header (`A` or `B`).
+    pub header_copy: char,
+    /// Entry point's top layer.
+    pub max_layer: usize,
+    /// Segment geometry: β, K, and slots per steady segment C.
+    pub geometry: Geometry,
+    /// Segments mapped.
+    pub segments: u64,
+    /// Upper-heap chunks mapped.
+    pub upper_heap_chunks: u64,
+    /// Table pages mapped.
+    pub table_pages: u64,
+    /// Whether ids were ever given by the caller.
+    pub custom_ids: bool,
+    /// Why the index is read-only, if it is.
+    pub read_only: Option<&'static str>,
+    /// Logical file length in bytes.
+    pub file_bytes: u64,
+    /// Read and write versions of the file.
+    pub versions: (u32, u32),
+}
+
+type IdMap = HashMap<u64, u32>;
+
+/// An HNSW index over one Chassis file, opened as its single writer (or read-only).
+pub struct Index {
+    store: Store,
+    path: Option<PathBuf>,
+    dist: Distance,
+    params: Params,
+    seed: u64,
+    read_only: Option<&'static str>,
+    /// Slots written: N plus this session's adds.
+    count: u32,
+    entry: Option<(u32, usize)>,
+    next_id: u64,
+    flags: u32,
+    pending_deletes: HashSet<u32>,
+    dirty: bool,
+    ids: Mutex<Option<IdMap>>,
+    scratch: Mutex<Vec<Scratch>>,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("path", &self.path)
+            .field("dims", &self.dims())
+            .field("metric", &self.metric())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer's own view of the graph: every slot it has written.
+struct View<'a> {
+    store: &'a Store,
+    count: u32,
+}
+
+impl GraphStore for View<'_> {
+    #[inline]
+    fn routing_count(&self) -> u32 {
+        self.count
+    }
+    #[inline]
+    fn vector(&self, slot: u32) -> Option<&[f32]> {
+        self.store.vector(slot)
+    }
+    #[inline]
+    fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {
+        self.store.level0(slot)
+    }
+    #[inline]
+    fn upper(&self, slot: u32, layer: usize) -> Option<&[std::sync::atomic::AtomicU32]> {
+        self.store.upper(slot, layer)
+    }
+}
+
+impl Index {
+    /// Creates a new index file at `path` (which must not exist, or be empty) and opens it as
+    /// the writer. The file is durable, directory entry included, when this returns.
+    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Index> {
+        let path = path.as_ref();
+        let new = options.validate()?;
+        let storage = FileStorage::create(path)?;
+        storage.try_lock_exclusive()?;
+        let store = Store::create(Arc::new(storage), &new)?;
+        Index::from_store(store, Some(path.to_path_buf()), None)
+    }
+
+    /// Opens an existing index file as its writer, holding an exclusive lock for the life of
+    /// the `Index`. A second writer gets [`Error::Locked`] at once. A file whose write version
+    /// is newer than this release opens read-only, as SQLite does.
+    pub fn open(path: impl AsRef<Path>) -> Result<Index> {
+        let path = path.as_ref();
+        let storage = FileStorage::open(path, true)?;
+        storage.try_lock_exclusive()?;
+        Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
+    }
+
+    /// Opens an existing index file read-only, without a lock: searches see the state committed
+    /// when it was opened. (Snapshots that follow a concurrent writer arrive with `IndexReader`.)
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Index> {
+        let path = path.as_ref();
+        let storage = FileStorage::open(path, false)?;
+        Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), false)
+    }
+
+    /// Creates an index in any [`Storage`] (for example [`MemStorage`]), taking its lock.
+    pub fn create_in(storage: Arc<dyn Storage>, options: Options) -> Result<Index> {
+        let new = options.validate()?;
+        storage.try_lock_exclusive()?;
+        let store = Store::create(storage, &new)?;
+        Index::from_store(store, None, None)
+    }
+
+    /// Opens an index in any [`Storage`] as its writer, taking its lock.
+    pub fn open_in(storage: Arc<dyn Storage>) -> Result<Index> {
+        storage.try_lock_exclusive()?;
+        Index::open_storage_inner(storage, None, true)
+    }
+
+    /// A new in-memory index (nothing reaches a disk); handy for tests and scratch work.
+    pub fn in_memory(options: Options, capacity_bytes: usize) -> Result<Index> {
+        Index::create_in(Arc::new(MemStorage::new(capacity_bytes)?), options)
+    }
+
+    fn open_storage_inner(storage: Arc<dyn Storage>, path: Option<PathBuf>, write: bool) -> Result<Index> {
+        // Read-only first: a newer write version must not be mapped for writing.
+        let probe = Store::open(Arc::clone(&storage), false)?;
+        let newer = probe.header().write_version > format::WRITE_VERSION;
+        drop(probe);
+        let read_only = match (write, newer) {
+            (false, _) => Some("opened read-only"),
+            (true, true) => Some("the file's write version is newer than this release"),
+            (true, false) => None,
+        };
+        let store = Store::open(storage, read_only.is_none())?;
+        Index::from_store(store, path, read_only)
+    }
+
+    fn from_store(store: Store, path: Option<PathBuf>, read_only: Option<&'static str>) -> Result<Index> {
+        let h = store.header().clone();
+        let metric = metric_from_code(h.metric)?;
+        let count = h.committed_count as u32;
+        let entry = if count == 0 { None } else { Some((h.entry_point, h.max_layer as usize)) };
+        let index = Index {
+            path,
+            dist: Distance::new(metric),
+            params: Params {
+                m: h.m as usize,
+                m0: h.m0 as usize,
+                ef_construction: (h.ef_construction as usize).max(1),
+                max_layers: h.max_layers as usize,
+            },
+            seed: h.seed,
+            read_only,
+            count,
+            entry,
+            next_id: h.next_id,
+            flags: h.flags,
+            pending_deletes: HashSet::new(),
+            dirty: false,
+            ids: Mutex::new(None),
+            scratch: Mutex::new(Vec::new()),
+            store,
+        };
+        if let Some((ep, _)) = index.entry {
+            if index.store.vector(ep).is_none() {
+                return Err(Error::corrupt("entry point has no segment", 0));
+            }
+        }
+        // R is not durable: a writer starts routing from the committed count.
+        index.store.publish_routing_count(u64::from(count))?;
+        Ok(index)
+    }
+
+    fn writable(&self) -> Result<()> {
+        match self.read_only {
+            Some(reason) => Err(Error::ReadOnly { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Vector dimensions.
+    pub fn dims(&self) -> usize {
+        self.store.header().dims as usize
+    }
+
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.dist.metric()
+    }
+
+    /// The path, for file-backed indexes.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Whether this index refuses writes, and why.
+    pub fn read_only(&self) -> Option<&'static str> {
+        self.read_only
+    }
+
+    /// Live vectors (this index's pending adds and deletes included).
+    pub fn len(&self) -> usize {
+        let deleted = self.store.header().deleted_count as usize + self.pending_deletes.len();
+        self.count as usize - deleted.min(self.count as usize)
+    }
+
+    /// Whether no live vector is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether adds or deletes are waiting for a flush.
+    pub fn has_pending_changes(&self) -> bool {
+        self.dirty
+    }
+
+    fn check_vector(&self, v: &[f32]) -> Result<Vec<f32>> {
+        if v.len() != self.dims() {
+            return Err(Error::DimensionMismatch { expected: self.dims(), got: v.len() });
+        }
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::InvalidVector { reason: format!("component {i} is {} (must be finite)", v[i]) });
+        }
+        if self.metric() == Metric::Cosine {
+            let norm = graph::distance::reference::dot(v, v).sqrt();
+            if !(norm > 0.0 && norm.is_finite()) {
+                return Err(Error::InvalidVector {
+                    reason: "a zero vector has no direction under the cosine metric".into(),
+                });
+            }
+            return Ok(v.iter().map(|x| x / norm).collect());
+        }
+        Ok(v.to_vec())
+    }
+
+    /// Whether `slot` is live in this index's view.
+    #[inline]
+    fn slot_live(&self, slot: u32) -> bool {
+        if slot >= self.count {
+            return false;
+        }
+        let e = self.store.header().delete_epoch;
+        match self.store.deleted_epoch(slot) {
+            Some(d) if d != 0 && d <= e => return false,
+            None => return false,
+            _ => {}
+        }
+        !self.pending_deletes.contains(&slot)
+    }
+
+    fn id_of(&self, slot: u32) -> Result<u64> {
+        self.store
+            .slot_header(slot)
+            .map(|(id, _, _)| id)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))
+    }
+
+    /// Builds the id → slot table from the slot-header arrays alone (ADR-0008 decision 3).
+    fn build_id_table(&self) -> Result<IdMap> {
+        let mut map = IdMap::with_capacity(self.count as usize);
+        for slot in 0..self.count {
+            if !self.slot_live(slot) {
+                continue;
+            }
+            let id = self.id_of(slot)?;
+            if map.insert(id, slot).is_some() {
+                return Err(Error::corrupt(format!("id {id} is stored in two live slots"), 0));
+            }
+        }
+        Ok(map)
+    }
+
+    fn with_ids<T>(&self, f: impl FnOnce(&mut IdMap) -> T) -> Result<T> {
+        let mut guard = lock(&self.ids);
+        if guard.is_none() {
+            *guard = Some(self.build_id_table()?);
+        }
+        match guard.as_mut() {
+            Some(map) => Ok(f(map)),
+            None => Err(Error::corrupt("id table missing", 0)),
+        }
+    }
+
+    /// The live slot holding `id`.
+    fn lookup(&self, id: u64) -> Result<Option<u32>> {
+        if self.flags & FLAG_CUSTOM_IDS != 0 {
+            return self.with_ids(|m| m.get(&id).copied());
+        }
+        // Index-assigned ids: id = slot.
+        if id >= u64::from(self.count) {
+            return Ok(None);
+        }
+        let slot = id as u32;
+        Ok((self.slot_live(slot) && self.id_of(slot)? == id).then_some(slot))
+    }
+
+    /// Whether `id` is stored and not deleted.
+    pub fn contains(&self, id: u64) -> Result<bool> {
+        Ok(self.lookup(id)?.is_some())
+    }
+
+    /// The stored vector of `id` (for cosine, the unit vector that was stored).
+    pub fn get(&self, id: u64) -> Result<Vec<f32>> {
+        let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
+        self.store.vector(slot).map(<[f32]>::to_vec).ok_or_else(|| Error::corrupt("vector unreadable", 0))
+    }
+
+    /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
+    /// 0, 1, 2, … in an index that never used [`Index::add_with_id`]).
+    pub fn add(&mut self, vector: &[f32]) -> Result<u64> {
+        self.writable()?;
+        let id = self.next_id;
+        if self.flags & FLAG_CUSTOM_IDS != 0 && self.lookup(id)?.is_some() {
+            return Err(Error::DuplicateId { id });
+        }
+        self.insert(id, vector)?;
+        Ok(id)
+    }
+
+    /// Adds a vector under a caller-chosen id; [`Error::DuplicateId`] if `id` is live.
+    pub fn add_with_id(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+        self.writable()?;
+        if self.lookup(id)?.is_some() {
+            return Err(Error::DuplicateId { id });
+        }
+        if self.flags & FLAG_CUSTOM_IDS == 0 {
+            // From now on ids need the table; build it before the flag changes lookups.
+            self.with_ids(|_| ())?;
+        }
+        self.insert(id, vector)?;
+        self.flags |= FLAG_CUSTOM_IDS;
+        Ok(())
+    }
+
+    fn insert(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+        let v = self.check_vector(vector)?;
+        if self.count == u32::MAX {
+            return Err(Error::Full { max: u64::from(u32::MAX) });
+        }
+        let slot = self.count;
+        self.store.ensure_slot(slot)?;
+        let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
+        let upper_ref = if level > 0 { self.store.alloc_upper(level as u32)? } else { 0 };
+        self.store.write_slot(slot, id, &v, upper_ref)?;
+        self.count = slot + 1;
+        self.dirty = true;
+        let mut scratch = self.take_scratch();
+        let view = View { store: &self.store, count: self.count };
+        let becomes_entry =
+            graph::insert(&view, &self.dist, &self.params, slot, level, self.entry, &mut scratch);
+        self.put_scratch(scratch);
+        if becomes_entry {
+            self.entry = Some((slot, level));
+        }
+        self.next_id = self.next_id.max(id.saturating_add(1));
+        if let Some(map) = lock(&self.ids).as_mut() {
+            map.insert(id, slot);
+        }
+        // Decision 5: R after the node and its backlinks.
+        self.store.publish_routing_count(u64::from(self.count))
+    }
+
+    /// Deletes `id`. It disappears from this index's searches at once and from the file at the
+    /// next flush; its slot stays in the graph for routing until a compaction.
+    pub fn delete(&mut self, id: u64) -> Result<()> {
+        self.writable()?;
+        let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
+        self.pending_deletes.insert(slot);
+        self.dirty = true;
+        if let Some(map) = lock(&self.ids).as_mut() {
+            map.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Makes every add and delete since the last flush durable, together (decision 4: data,
+    /// fsync, the other header copy, fsync). A flush with nothing pending does nothing.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        if !self.dirty {
+            return Ok(());
+        }
+        let old = self.store.header().clone();
+        let mut epoch = old.delete_epoch;
+        if !self.pending_deletes.is_empty() {
+            // The crash-safe intent-header protocol for deletes (decision 6) is built with the
+            // crash-safety work; here the marks carry the next epoch and commit with the header.
+            epoch += 1;
+            for &slot in &self.pending_deletes {
+                self.store.set_deleted_epoch(slot, epoch)?;
+            }
+        }
+        let (entry_point, max_layer) = match self.entry {
+            Some((ep, l)) => (ep, l as u32),
+            None => (header::NO_ENTRY, 0),
+        };
+        let next = Header {
+            flags: self.flags,
+            committed_count: u64::from(self.count),
+            entry_point,
+            max_layer,
+            delete_epoch: epoch,
+            pending_delete_epoch: 0,
+            deleted_count: old.deleted_count + self.pending_deletes.len() as u64,
+            next_id: self.next_id,
+            ..old
+        };
+        self.store.commit(next)?;
+        self.pending_deletes.clear();
+        self.dirty = false;
+        Ok(())
+    }
+
+    fn take_scratch(&self) -> Scratch {
+        lock(&self.scratch).pop().unwrap_or_default()
+    }
+
+    fn put_scratch(&self, s: Scratch) {
+        lock(&self.scratch).push(s);
+    }
+
+    /// The `k` nearest live vectors to `query`, nearest first, searching with beam width
+    /// `max(ef, k)`. Returns min(k, len()) hits: if the graph search finds fewer (many deletes,
+    /// unreachable nodes), it widens the beam and finally scans every live slot.
+    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<Neighbor>> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        let q = self.check_vector(query)?;
+        let want = k.min(self.len());
+        let Some((ep, max_layer)) = self.entry else { return Ok(Vec::new()) };
+        if want == 0 {
+            return Ok(Vec::new());
+        }
+        let view = View { store: &self.store, count: self.count };
+        let no_deletes = self.store.header().deleted_count == 0 && self.pending_deletes.is_empty();
+        let mut scratch = self.take_scratch();
+        let mut ef = ef.max(k);
+        let hits = loop {
+            let hits = if no_deletes {
+                graph::search(&view, &self.dist, &q, ep, max_layer, k, ef, |_| true, &mut scratch)
+            } else {
+                graph::search(&view, &self.dist, &q, ep, max_layer, k, ef, |s| self.slot_live(s), &mut scratch)
+            };
+            if hits.len() >= want {
+                break hits;
+            }
+            if ef >= self.count as usize {
+                break self.brute_force(&q, k);
+            }
+            ef = ef.saturating_mul(4);
+        };
+        self.put_scratch(scratch);
+        hits.into_iter()
+            .map(|s| Ok(Neighbor { id: self.id_of(s.slot)?, distance: s.distance }))
+            .collect()
+    }
+
+    fn brute_force(&self, q: &[f32], k: usize) -> Vec<Scored> {
+        let mut all: Vec<Scored> = (0..self.count)
+            .filter(|&s| self.slot_live(s))
+            .filter_map(|s| self.store.vector(s).map(|v| Scored { distance: self.dist.eval(q, v), slot: s }))
+            .collect();
+        all.sort_unstable();
+        all.truncate(k);
+        all
+    }
+
+    /// Every live id, in slot order.
+    pub fn ids(&self) -> Result<Vec<u64>> {
+        (0..self.count).filter(|&s| self.slot_live(s)).map(|s| self.id_of(s)).collect()
+    }
+
+    /// A summary of the index and its file.
+    pub fn info(&self) -> Result<Info> {
+        let h = self.store.header();
+        Ok(Info {
+            dims: self.dims(),
+            metric: self.metric(),
+            m: self.params.m,
+            m0: self.params.m0,
+            ef_construction: self.params.ef_construction,
+            count: self.len() as u64,
+            deleted: h.deleted_count + self.pending_deletes.len() as u64,
+            committed_count: h.committed_count,
+            committed_deleted: h.deleted_count,
+            slots: u64::from(self.count),
+            delete_epoch: h.delete_epoch,
+            pending_delete_epoch: h.pending_delete_epoch,
+            sequence: h.sequence,
+            header_copy: if self.store.header_copy() == 0 { 'A' } else { 'B' },
+            max_layer: self.entry.map_or(0, |e| e.1),
+            geometry: self.store.geometry(),
+            segments: self.store.segment_count(),
+            upper_heap_chunks: self.store.upper_chunk_count(),
+            table_pages: self.store.table_page_count(),
+            custom_ids: self.flags & FLAG_CUSTOM_IDS != 0,
+            read_only: self.read_only,
+            file_bytes: self.store.storage().len()?,
+            versions: (h.read_version, h.write_version),
+        })
+    }
+
+    /// The storage layer (inspection and tests).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Upper layers of a slot's node (inspection and tests).
+    pub fn node_level(&self, slot: u32) -> usize {
+        self.store.upper_layers(slot)
+    }
+
+    /// Level-0 neighbor slots of a slot (inspection and tests).
+    pub fn level0_neighbors(&self, slot: u32) -> Vec<u32> {
+        self.store.level0(slot).map_or_else(Vec::new, |w| {
+            w.iter()
+                .map(|x| x.load(std::sync::atomic::Ordering::Relaxed))
+                .filter(|&n| n != record::EMPTY)
+                .collect()
+        })
+    }
+}

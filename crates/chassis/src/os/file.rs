@@ -1,0 +1,155 @@
+//! The real file backend: pread/pwrite, memmap2 shared mappings, flock, fallocate, fsync.
+//! Platform differences live here and nowhere else.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::{Region, Storage};
+use crate::error::{Error, Result};
+
+/// An index file on disk.
+#[derive(Debug)]
+pub struct FileStorage {
+    file: Arc<File>,
+    path: PathBuf,
+    writable: bool,
+    locked: AtomicBool,
+}
+
+impl FileStorage {
+    /// Opens an existing file; `writable` for the writer, else read-only.
+    pub fn open(path: &Path, writable: bool) -> Result<FileStorage> {
+        let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        Ok(FileStorage::wrap(file, path, writable))
+    }
+
+    /// Opens the file for writing, creating it (empty) if it does not exist.
+    pub fn create(path: &Path) -> Result<FileStorage> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        Ok(FileStorage::wrap(file, path, true))
+    }
+
+    fn wrap(file: File, path: &Path, writable: bool) -> FileStorage {
+        FileStorage {
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            writable,
+            locked: AtomicBool::new(false),
+        }
+    }
+
+    /// The path this file was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes actually allocated on disk (st_blocks · 512).
+    pub fn allocated_bytes(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self.file.metadata()?.blocks() * 512)
+    }
+}
+
+impl Storage for FileStorage {
+    fn len(&self) -> Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn grow(&self, len: u64) -> Result<()> {
+        if len > self.len()? {
+            self.file.set_len(len)?;
+        }
+        Ok(())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                Error::corrupt(format!("file ends before byte {}", offset + buf.len() as u64), offset)
+            } else {
+                Error::Io(e)
+            }
+        })
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Ok(self.file.write_all_at(buf, offset)?)
+    }
+
+    fn map(&self, offset: u64, len: u64, writable: bool) -> Result<Region> {
+        let writable = writable && self.writable;
+        let file_len = self.len()?;
+        if offset.checked_add(len).is_none_or(|end| end > file_len) || len == 0 {
+            return Err(Error::corrupt(
+                format!("mapping of {len} bytes at {offset} beyond the file's {file_len} bytes"),
+                offset,
+            ));
+        }
+        let len_usize = usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
+        let mut opts = memmap2::MmapOptions::new();
+        opts.offset(offset).len(len_usize);
+        let map =
+            if writable { opts.map_raw(&*self.file)? } else { opts.map_raw_read_only(&*self.file)? };
+        let ptr = map.as_mut_ptr();
+        // SAFETY: `map` is a live mapping of exactly `len_usize` bytes at a page-aligned
+        // address; the Region keeps it alive, and writes are allowed only if it was mapped
+        // read-write.
+        Ok(unsafe { Region::new(ptr, len_usize, writable, Arc::new(map)) })
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::{fallocate, FallocateFlags};
+            match fallocate(&*self.file, FallocateFlags::empty(), offset, len) {
+                Ok(()) => return Ok(()),
+                // Filesystems without fallocate: fall back to growing the file.
+                Err(e) if e == rustix::io::Errno::OPNOTSUPP => {}
+                Err(e) => return Err(Error::Io(e.into())),
+            }
+        }
+        // Untested elsewhere (macOS F_PREALLOCATE, Windows SetEndOfFile arrive with the
+        // allocation-ahead work): growing at least makes the range exist.
+        self.grow(offset + len)
+    }
+
+    fn sync(&self) -> Result<()> {
+        #[cfg(target_vendor = "apple")]
+        {
+            // Untested: F_FULLFSYNC flushes the drive's cache too, which fsync does not on Apple.
+            rustix::fs::fcntl_fullfsync(&*self.file).map_err(|e| Error::Io(e.into()))?;
+            return Ok(());
+        }
+        #[cfg(not(target_vendor = "apple"))]
+        {
+            Ok(self.file.sync_all()?)
+        }
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Ok(File::open(dir)?.sync_all()?)
+    }
+
+    fn try_lock_exclusive(&self) -> Result<()> {
+        use rustix::fs::{flock, FlockOperation};
+        match flock(&*self.file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                self.locked.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(Error::Locked),
+            Err(e) => Err(Error::Io(e.into())),
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The only code that touches the operating system: the [`Storage`] seam.
+//!
+//! A `Storage` is one index file: positional reads and writes, shared mappings of byte ranges,
+//! growth (never shrinking), space allocation, fsync of the file and of its directory, and the
+//! writer's exclusive lock. [`FileStorage`] is the real file (mmap, flock, fallocate, fsync);
+//! [`MemStorage`] keeps the bytes in memory, with a durable image that only `sync` updates, so
+//! a power-loss simulator can build crash images from it. Both pass one conformance suite
+//! (`tests/storage_conformance.rs`).
+//!
+//! Invariants: a [`Region`] never moves or shrinks while it is alive, so pointers into it stay
+//! valid; bytes are reached only through copies and atomics (never a `&mut [u8]` over shared
+//! memory), except [`Region::f32s`], whose callers promise the range is not being written.
+
+mod file;
+mod mem;
+mod region;
+
+pub use file::FileStorage;
+pub use mem::MemStorage;
+pub use region::Region;
+
+use crate::error::Result;
+
+/// One index file, as the layers above see it.
+pub trait Storage: Send + Sync + 'static {
+    /// Current length in bytes.
+    fn len(&self) -> Result<u64>;
+    /// Grows the file to at least `len` bytes (new bytes read as zero). Never shrinks: a
+    /// smaller `len` leaves the file as it is.
+    fn grow(&self, len: u64) -> Result<()>;
+    /// Reads exactly `buf.len()` bytes at `offset`; reading past the end is an error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Writes `buf` at `offset`, growing the file if needed.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()>;
+    /// Maps `len` bytes at `offset` (a multiple of 64 KiB), shared with every other mapping and
+    /// process; `writable` only for the writer. The range must lie inside the file.
+    fn map(&self, offset: u64, len: u64, writable: bool) -> Result<Region>;
+    /// Allocates blocks for `offset..offset + len` so later writes cannot fail for space.
+    fn allocate(&self, offset: u64, len: u64) -> Result<()>;
+    /// Makes every write so far durable (fsync; F_FULLFSYNC on Apple platforms).
+    fn sync(&self) -> Result<()>;
+    /// Makes the file's directory entry durable (fsync of the parent directory).
+    fn sync_dir(&self) -> Result<()>;
+    /// Takes the exclusive writer lock without waiting: [`crate::Error::Locked`] if another
+    /// handle holds it. Released when this handle is dropped.
+    fn try_lock_exclusive(&self) -> Result<()>;
+}

@@ -1,0 +1,128 @@
+//! A mapped byte range of the file, shared with other mappings and processes.
+
+use std::any::Any;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// A mapped range. Cheap to clone; the mapping lives until the last clone is dropped.
+#[derive(Clone)]
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: a Region is a pointer into a mapping that `_keep` keeps alive; every access goes
+// through bounds-checked copies or atomics, which are sound to perform from any thread.
+unsafe impl Send for Region {}
+// SAFETY: as above; shared access only reads through atomics or copies.
+unsafe impl Sync for Region {}
+
+fn out_of_range(off: u64, n: u64, len: usize) -> Error {
+    Error::Io(io::Error::other(format!(
+        "access of {n} bytes at {off} outside a mapped region of {len} bytes"
+    )))
+}
+
+impl Region {
+    /// Wraps a mapping. `keep` must own the memory at `ptr..ptr + len` and keep it mapped
+    /// (and unmoved) until dropped.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads (and writes if `writable`) of `len` bytes, aligned to at
+    /// least 8, for as long as `keep` lives.
+    pub(crate) unsafe fn new(
+        ptr: *mut u8,
+        len: usize,
+        writable: bool,
+        keep: Arc<dyn Any + Send + Sync>,
+    ) -> Region {
+        Region { ptr, len, writable, _keep: keep }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether writes are allowed.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    fn check(&self, off: u64, n: u64, align: u64) -> Result<usize> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.len as u64 && off % align == 0 => Ok(off as usize),
+            _ => Err(out_of_range(off, n, self.len)),
+        }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let o = self.check(off, buf.len() as u64, 1)?;
+        // SAFETY: `check` keeps o..o+len inside the mapping; `buf` is a distinct local buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(o), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes into the region (the writer only).
+    pub fn write(&self, off: u64, buf: &[u8]) -> Result<()> {
+        if !self.writable {
+            return Err(Error::ReadOnly { reason: "write through a read-only mapping" });
+        }
+        let o = self.check(off, buf.len() as u64, 1)?;
+        // SAFETY: in bounds per `check`, the mapping is writable, and `buf` cannot overlap it
+        // (it is the caller's own memory, never a slice of a mapping).
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), self.ptr.add(o), buf.len()) };
+        Ok(())
+    }
+
+    /// The aligned u32 at `off`, as an atomic.
+    pub fn u32_at(&self, off: u64) -> Result<&AtomicU32> {
+        let o = self.check(off, 4, 4)?;
+        // SAFETY: in bounds and 4-aligned (the mapping base is page-aligned); AtomicU32 has
+        // the layout of u32 and the memory lives as long as `self`.
+        Ok(unsafe { AtomicU32::from_ptr(self.ptr.add(o).cast::<u32>()) })
+    }
+
+    /// The aligned u64 at `off`, as an atomic.
+    pub fn u64_at(&self, off: u64) -> Result<&AtomicU64> {
+        let o = self.check(off, 8, 8)?;
+        // SAFETY: in bounds and 8-aligned; AtomicU64 has the layout of u64.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.add(o).cast::<u64>()) })
+    }
+
+    /// `n` aligned u32 words at `off`, as atomics (neighbor lists).
+    pub fn u32_words(&self, off: u64, n: usize) -> Result<&[AtomicU32]> {
+        let o = self.check(off, 4 * n as u64, 4)?;
+        // SAFETY: in bounds and 4-aligned; a slice of AtomicU32 may alias memory others
+        // access atomically, which is all anyone does with graph words.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<AtomicU32>(), n) })
+    }
+
+    /// `n` f32 values at `off` (vectors).
+    ///
+    /// Callers use this only for ranges nothing writes while the slice lives: committed
+    /// vectors, which never change, or the writer's own slots, which only `&mut` code writes.
+    pub fn f32s(&self, off: u64, n: usize) -> Result<&[f32]> {
+        let o = self.check(off, 4 * n as u64, 4)?;
+        // SAFETY: in bounds and 4-aligned; every bit pattern is a valid f32; per the contract
+        // above no write to this range happens while the returned slice is alive.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<f32>(), n) })
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("len", &self.len).field("writable", &self.writable).finish()
+    }
+}

@@ -1,0 +1,591 @@
+//! The storage layer: regions, allocation of new ones, and the commit protocol.
+//!
+//! [`Store`] owns one file through the [`Storage`] seam: the fixed area (two header copies and
+//! the live page), the mapped segments, upper-heap chunks and table pages, and the newest
+//! committed header. It appends regions at the end of the file (64 KiB-aligned, decision 1),
+//! records them in append-only table pages, and commits by decision 4: make everything written
+//! durable, then write the other header copy with sequence + 1, then make that durable.
+//!
+//! Invariants:
+//! * The file only grows; regions are appended at `file_end`, never moved.
+//! * Bytes of committed slots other than neighbor words and delete marks are never rewritten;
+//!   slots at or past the committed count N, heap bytes past the committed `upper_heap_next`,
+//!   and table entries past the committed counts are the writer's to reuse.
+//! * The header copy written by a commit is always the one not holding the newest header.
+//! * Every region offset read from the file was checked to be aligned and inside the file
+//!   before it was mapped; slot and heap accessors return `None` rather than read outside.
+
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format::geometry::{Geometry, SegmentLayout};
+use crate::format::header::{self, Header};
+use crate::format::{self, align_region, live, record, table, DATA_START};
+use crate::os::{Region, Storage};
+
+/// A mapped segment.
+#[derive(Debug)]
+struct Segment {
+    offset: u64,
+    layout: SegmentLayout,
+    region: Region,
+}
+
+/// A mapped heap chunk or table page.
+#[derive(Debug)]
+struct Mapped {
+    offset: u64,
+    region: Region,
+}
+
+/// A table page and the table it belongs to.
+#[derive(Debug)]
+struct TablePage {
+    kind: u32,
+    page: Mapped,
+}
+
+/// One open index file: committed header, mapped regions, allocation and commit.
+pub struct Store {
+    storage: Arc<dyn Storage>,
+    writable: bool,
+    meta: Region,
+    header: Header,
+    header_copy: usize,
+    dims: u32,
+    m: u32,
+    record_bytes: u64,
+    geometry: Geometry,
+    segments: Vec<Segment>,
+    upper_chunks: Vec<Mapped>,
+    table_pages: Vec<TablePage>,
+    upper_next: u64,
+    file_end: u64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("header", &self.header)
+            .field("segments", &self.segments.len())
+            .field("upper_chunks", &self.upper_chunks.len())
+            .field("table_pages", &self.table_pages.len())
+            .finish()
+    }
+}
+
+/// What a new file starts with.
+#[derive(Clone, Debug)]
+pub struct NewFile {
+    /// Dimensions.
+    pub dims: u32,
+    /// Metric code.
+    pub metric: u32,
+    /// M.
+    pub m: u32,
+    /// Most layers.
+    pub max_layers: u32,
+    /// ef_construction.
+    pub ef_construction: u32,
+    /// Level seed.
+    pub seed: u64,
+    /// Geometry.
+    pub geometry: Geometry,
+}
+
+/// The two header copies as found, for inspection tools.
+#[derive(Debug)]
+pub struct HeaderCopies {
+    /// Copy A, decoded or why not.
+    pub a: Result<Header>,
+    /// Copy B, decoded or why not.
+    pub b: Result<Header>,
+}
+
+fn read_copy(storage: &dyn Storage, len: u64, copy: usize) -> Result<Vec<u8>> {
+    let off = format::header_offset(copy);
+    let n = len.saturating_sub(off).min(format::HEADER_COPY_BYTES);
+    let mut buf = vec![0u8; n as usize];
+    storage.read_at(off, &mut buf)?;
+    Ok(buf)
+}
+
+/// Reads and decodes both header copies without choosing.
+pub fn read_header_copies(storage: &dyn Storage) -> Result<HeaderCopies> {
+    let len = storage.len()?;
+    let a = read_copy(storage, len, 0)?;
+    let b = read_copy(storage, len, 1)?;
+    Ok(HeaderCopies {
+        a: Header::decode(&a, format::HEADER_A_OFFSET),
+        b: Header::decode(&b, format::HEADER_B_OFFSET),
+    })
+}
+
+impl Store {
+    /// Initialises an empty file (the caller holds the lock): both header copies, A at sequence
+    /// 1 and B at 0 with equal contents, made durable with the directory entry. An existing
+    /// non-empty file is refused.
+    pub fn create(storage: Arc<dyn Storage>, new: &NewFile) -> Result<Store> {
+        if storage.len()? != 0 {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "file exists and is not empty; open it instead of creating it",
+            )));
+        }
+        let mut h = Header {
+            read_version: format::READ_VERSION,
+            write_version: format::WRITE_VERSION,
+            flags: 0,
+            dims: new.dims,
+            metric: new.metric,
+            m: new.m,
+            m0: record::m0(new.m),
+            max_layers: new.max_layers,
+            geometry: new.geometry,
+            committed_count: 0,
+            entry_point: header::NO_ENTRY,
+            max_layer: 0,
+            delete_epoch: 0,
+            pending_delete_epoch: 0,
+            deleted_count: 0,
+            next_id: 0,
+            segment_count: 0,
+            upper_heap_chunk_count: 0,
+            upper_heap_next: 0,
+            metadata_heap_chunk_count: 0,
+            metadata_heap_next: 0,
+            ef_construction: new.ef_construction,
+            seed: new.seed,
+            sequence: 1,
+            table_pages: Vec::new(),
+        };
+        h.validate(0).map_err(|e| match e {
+            Error::Corrupt { what, .. } => Error::InvalidArgument(what),
+            e => e,
+        })?;
+        storage.grow(DATA_START)?;
+        storage.write_at(format::HEADER_A_OFFSET, &h.encode())?;
+        h.sequence = 0;
+        storage.write_at(format::HEADER_B_OFFSET, &h.encode())?;
+        storage.sync()?;
+        storage.sync_dir()?;
+        Store::open(storage, true)
+    }
+
+    /// Opens a file: chooses the newest valid header copy, checks and maps every region it
+    /// counts. `writable` maps for writing (the caller holds the lock).
+    pub fn open(storage: Arc<dyn Storage>, writable: bool) -> Result<Store> {
+        let len = storage.len()?;
+        let a = read_copy(&*storage, len, 0)?;
+        let b = read_copy(&*storage, len, 1)?;
+        let (header, header_copy) = header::choose(&a, &b)?;
+        if len < DATA_START {
+            return Err(Error::corrupt(format!("file truncated to {len} bytes"), len));
+        }
+        let meta = storage.map(0, DATA_START, writable)?;
+        let geometry = header.geometry;
+        let mut store = Store {
+            storage,
+            writable,
+            meta,
+            dims: header.dims,
+            m: header.m,
+            record_bytes: record::level0_record_bytes(header.m),
+            geometry,
+            segments: Vec::new(),
+            upper_chunks: Vec::new(),
+            table_pages: Vec::new(),
+            upper_next: header.upper_heap_next,
+            file_end: align_region(len),
+            header,
+            header_copy,
+        };
+        store.map_committed(len)?;
+        Ok(store)
+    }
+
+    fn map_committed(&mut self, len: u64) -> Result<()> {
+        let cap = self.geometry.table_page_entries;
+        let page_len = align_region(table::page_bytes(cap));
+        for (i, &off) in self.header.table_pages.iter().enumerate() {
+            let at = format::header_offset(self.header_copy)
+                + (header::at::TABLE_PAGE_OFFSETS + 8 * i) as u64;
+            table::check_region(off, page_len, len, at)?;
+            let region = self.storage.map(off, page_len, self.writable)?;
+            let mut head = [0u8; table::HEAD_BYTES as usize];
+            region.read(0, &mut head)?;
+            let kind = table::decode_head(&head, off, cap)?;
+            self.table_pages.push(TablePage { kind, page: Mapped { offset: off, region } });
+        }
+        for k in 0..self.header.segment_count {
+            let (offset, at) = self.table_entry(table::KIND_SEGMENTS, k)?;
+            let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
+            let bytes = align_region(layout.bytes);
+            table::check_region(offset, bytes, len, at)?;
+            let region = self.storage.map(offset, bytes, self.writable)?;
+            self.segments.push(Segment { offset, layout, region });
+        }
+        for k in 0..self.header.upper_heap_chunk_count {
+            let (offset, at) = self.table_entry(table::KIND_UPPER_HEAP, k)?;
+            let bytes = align_region(self.geometry.heap_chunk_bytes(k));
+            table::check_region(offset, bytes, len, at)?;
+            let region = self.storage.map(offset, bytes, self.writable)?;
+            let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
+            region.read(0, &mut head)?;
+            if head[..8] != record::HEAP_CHUNK_MAGIC {
+                return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
+            }
+            self.upper_chunks.push(Mapped { offset, region });
+        }
+        let next = self.header.upper_heap_next;
+        let (chunk, off) = record::split_heap_ref(next);
+        let ok = if self.upper_chunks.is_empty() {
+            next == 0
+        } else {
+            u64::from(chunk) < self.header.upper_heap_chunk_count
+                && u64::from(off) >= record::HEAP_CHUNK_HEAD_BYTES
+                && u64::from(off) <= self.geometry.heap_chunk_bytes(u64::from(chunk))
+        };
+        if !ok {
+            return Err(Error::corrupt(
+                "upper heap position outside its chunks",
+                format::header_offset(self.header_copy) + header::at::UPPER_HEAP_NEXT as u64,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Entry `index` of table `kind`, and the file offset the entry was read from.
+    fn table_entry(&self, kind: u32, index: u64) -> Result<(u64, u64)> {
+        let cap = u64::from(self.geometry.table_page_entries);
+        let page = self
+            .table_pages
+            .iter()
+            .filter(|p| p.kind == kind)
+            .nth((index / cap) as usize)
+            .ok_or_else(|| Error::corrupt(format!("table of kind {kind} has no entry {index}"), 0))?;
+        let at = table::entry_at(index % cap);
+        let off = page.page.region.u64_at(at)?.load(Ordering::Acquire);
+        Ok((off, page.page.offset + at))
+    }
+
+    /// The storage seam under this store.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The newest committed header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Which copy (0 = A, 1 = B) holds the newest committed header.
+    pub fn header_copy(&self) -> usize {
+        self.header_copy
+    }
+
+    /// Geometry of this file.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Whether this store may write.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Segments mapped (committed plus appended since).
+    pub fn segment_count(&self) -> u64 {
+        self.segments.len() as u64
+    }
+
+    /// Upper-heap chunks mapped.
+    pub fn upper_chunk_count(&self) -> u64 {
+        self.upper_chunks.len() as u64
+    }
+
+    /// Table pages mapped.
+    pub fn table_page_count(&self) -> u64 {
+        self.table_pages.len() as u64
+    }
+
+    /// Slots the mapped segments hold.
+    pub fn slot_capacity(&self) -> u64 {
+        self.geometry.segment_first_slot(self.segments.len() as u64)
+    }
+
+    /// Where the next region would go (the logical end of the writer's file).
+    pub fn file_end(&self) -> u64 {
+        self.file_end
+    }
+
+    fn slot_place(&self, slot: u32) -> Option<(&Segment, u64)> {
+        let (k, off) = self.geometry.locate(u64::from(slot));
+        self.segments.get(k as usize).map(|s| (s, off))
+    }
+
+    /// The vector of `slot`, if its segment is mapped.
+    #[inline]
+    pub fn vector(&self, slot: u32) -> Option<&[f32]> {
+        let (seg, off) = self.slot_place(slot)?;
+        let d = u64::from(self.dims);
+        seg.region.f32s(seg.layout.vectors_at + off * 4 * d, self.dims as usize).ok()
+    }
+
+    /// Level-0 neighbor words of `slot`.
+    #[inline]
+    pub fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_NEIGHBORS_AT;
+        seg.region.u32_words(at, 2 * self.m as usize).ok()
+    }
+
+    /// The upper-layer reference in `slot`'s level-0 record (0 = none).
+    pub fn upper_ref(&self, slot: u32) -> Option<u64> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_UPPER_REF_AT;
+        seg.region.u64_at(at).ok().map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// Layers above 0 that `slot` has (0 when its reference is empty or unreadable).
+    pub fn upper_layers(&self, slot: u32) -> usize {
+        match self.upper_entry(slot) {
+            Some((chunk, off)) => {
+                chunk.region.u32_at(off).map_or(0, |w| w.load(Ordering::Relaxed) as usize)
+            }
+            None => 0,
+        }
+    }
+
+    fn upper_entry(&self, slot: u32) -> Option<(&Mapped, u64)> {
+        let r = self.upper_ref(slot)?;
+        if r == 0 {
+            return None;
+        }
+        let (c, o) = record::split_heap_ref(r);
+        self.upper_chunks.get(c as usize).map(|m| (m, u64::from(o)))
+    }
+
+    /// Neighbor words of `slot` on `layer` ≥ 1, if it has that layer.
+    #[inline]
+    pub fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+        let (chunk, off) = self.upper_entry(slot)?;
+        let layers = chunk.region.u32_at(off + record::UPPER_LAYERS_AT).ok()?.load(Ordering::Relaxed);
+        if layer == 0 || layer > layers as usize {
+            return None;
+        }
+        let m = u64::from(self.m);
+        let at = off + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
+        chunk.region.u32_words(at, self.m as usize).ok()
+    }
+
+    /// The slot header of `slot`: (id, deleted_epoch, metadata_ref).
+    pub fn slot_header(&self, slot: u32) -> Option<(u64, u64, u64)> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
+        let r = &seg.region;
+        Some((
+            r.u64_at(at + record::SLOT_ID_AT).ok()?.load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_DELETED_EPOCH_AT).ok()?.load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_METADATA_REF_AT).ok()?.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// The deleted epoch of `slot` (0 = live).
+    #[inline]
+    pub fn deleted_epoch(&self, slot: u32) -> Option<u64> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
+        seg.region.u64_at(at).ok().map(|w| w.load(Ordering::Relaxed))
+    }
+
+    fn require_writable(&self) -> Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(Error::ReadOnly { reason: "opened read-only" })
+        }
+    }
+
+    /// Makes sure the segment holding `slot` is mapped, appending segments as needed.
+    pub fn ensure_slot(&mut self, slot: u32) -> Result<()> {
+        self.require_writable()?;
+        let (k, _) = self.geometry.locate(u64::from(slot));
+        while self.segments.len() as u64 <= k {
+            self.append_segment()?;
+        }
+        Ok(())
+    }
+
+    /// Reserves a new region of `bytes` (rounded up to 64 KiB) at the end of the file.
+    fn append_region(&mut self, bytes: u64) -> Result<(u64, Region)> {
+        let offset = self.file_end.max(DATA_START);
+        let len = align_region(bytes);
+        let end = offset.checked_add(len).ok_or_else(|| Error::Full { max: u64::from(u32::MAX) })?;
+        self.storage.grow(end)?;
+        let region = self.storage.map(offset, len, true)?;
+        self.file_end = end;
+        Ok((offset, region))
+    }
+
+    fn append_segment(&mut self) -> Result<()> {
+        let k = self.segments.len() as u64;
+        let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
+        let (offset, region) = self.append_region(layout.bytes)?;
+        self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
+        self.segments.push(Segment { offset, layout, region });
+        self.publish_regions()
+    }
+
+    fn append_upper_chunk(&mut self) -> Result<()> {
+        let k = self.upper_chunks.len() as u64;
+        let (offset, region) = self.append_region(self.geometry.heap_chunk_bytes(k))?;
+        region.write(0, &record::encode_heap_chunk_head(record::HEAP_KIND_UPPER))?;
+        self.set_table_entry(table::KIND_UPPER_HEAP, k, offset)?;
+        self.upper_chunks.push(Mapped { offset, region });
+        self.publish_regions()
+    }
+
+    fn set_table_entry(&mut self, kind: u32, index: u64, offset: u64) -> Result<()> {
+        let cap = u64::from(self.geometry.table_page_entries);
+        let have = self.table_pages.iter().filter(|p| p.kind == kind).count() as u64;
+        if index / cap >= have {
+            if self.table_pages.len() >= header::MAX_TABLE_PAGES {
+                return Err(Error::Full { max: u64::from(u32::MAX) });
+            }
+            let (off, region) = self.append_region(table::page_bytes(self.geometry.table_page_entries))?;
+            region.write(0, &table::encode_head(kind, self.geometry.table_page_entries))?;
+            self.table_pages.push(TablePage { kind, page: Mapped { offset: off, region } });
+        }
+        let page = self
+            .table_pages
+            .iter()
+            .filter(|p| p.kind == kind)
+            .nth((index / cap) as usize)
+            .ok_or_else(|| Error::corrupt("table page missing after append", 0))?;
+        page.page.region.u64_at(table::entry_at(index % cap))?.store(offset, Ordering::Release);
+        Ok(())
+    }
+
+    /// Allocates an upper-heap entry for `layers` layers above 0, all neighbor words empty, and
+    /// returns its heap reference. An entry never straddles two chunks.
+    pub fn alloc_upper(&mut self, layers: u32) -> Result<u64> {
+        self.require_writable()?;
+        let bytes = record::upper_entry_bytes(self.m, layers);
+        let (mut chunk, mut off) = record::split_heap_ref(self.upper_next);
+        let fits = !self.upper_chunks.is_empty()
+            && u64::from(off) + bytes <= self.geometry.heap_chunk_bytes(u64::from(chunk));
+        if !fits {
+            self.append_upper_chunk()?;
+            chunk = (self.upper_chunks.len() - 1) as u32;
+            off = record::HEAP_CHUNK_HEAD_BYTES as u32;
+        }
+        let region = &self.upper_chunks[chunk as usize].region;
+        let o = u64::from(off);
+        region.u32_at(o + record::UPPER_LAYERS_AT)?.store(layers, Ordering::Relaxed);
+        region.u32_at(o + 4)?.store(0, Ordering::Relaxed);
+        for w in region.u32_words(o + record::UPPER_LISTS_AT, (layers * self.m) as usize)? {
+            w.store(record::EMPTY, Ordering::Relaxed);
+        }
+        self.upper_next = record::heap_ref(chunk, off + bytes as u32);
+        Ok(record::heap_ref(chunk, off))
+    }
+
+    /// Writes a new slot: its full 24-byte header (deleted epoch 0), its vector, and a level-0
+    /// record with `upper_ref` and every neighbor word empty. The segment must be mapped.
+    pub fn write_slot(&self, slot: u32, id: u64, vector: &[f32], upper_ref: u64) -> Result<()> {
+        self.require_writable()?;
+        let (seg, off) = self
+            .slot_place(slot)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+        let r = &seg.region;
+        r.write(seg.layout.headers_at + off * record::SLOT_HEADER_BYTES, &record::encode_slot_header(id, 0, 0))?;
+        let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+        r.write(seg.layout.vectors_at + off * 4 * u64::from(self.dims), &bytes)?;
+        let rec = seg.layout.records_at + off * self.record_bytes;
+        for w in r.u32_words(rec + record::RECORD_NEIGHBORS_AT, 2 * self.m as usize)? {
+            w.store(record::EMPTY, Ordering::Relaxed);
+        }
+        // Release: the record's words are visible before its head names its upper layers.
+        r.u64_at(rec + record::RECORD_UPPER_REF_AT)?.store(upper_ref, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes `epoch` into `slot`'s deleted-epoch field.
+    pub fn set_deleted_epoch(&self, slot: u32, epoch: u64) -> Result<()> {
+        self.require_writable()?;
+        let (seg, off) = self
+            .slot_place(slot)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
+        seg.region.u64_at(at)?.store(epoch, Ordering::Release);
+        Ok(())
+    }
+
+    /// Publishes the routing count R in the live page (release: after the node and its
+    /// backlinks are written).
+    pub fn publish_routing_count(&self, r: u64) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.meta.write(format::LIVE_PAGE_OFFSET, &live::MAGIC)?;
+        self.meta.u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)?.store(r, Ordering::Release);
+        Ok(())
+    }
+
+    /// Mirrors the writer's region counts and table page offsets in the live page.
+    fn publish_regions(&self) -> Result<()> {
+        let base = format::LIVE_PAGE_OFFSET;
+        let pages = (self.table_pages.len() as u64).min(live::MAX_TABLE_PAGES);
+        for (i, p) in self.table_pages.iter().take(pages as usize).enumerate() {
+            self.meta.u64_at(base + live::TABLE_PAGE_OFFSETS_AT + 8 * i as u64)?.store(p.page.offset, Ordering::Relaxed);
+        }
+        self.meta.u64_at(base + live::SEGMENT_COUNT_AT)?.store(self.segments.len() as u64, Ordering::Relaxed);
+        self.meta.u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?.store(self.upper_chunks.len() as u64, Ordering::Relaxed);
+        self.meta.u32_at(base + live::TABLE_PAGE_COUNT_AT)?.store(pages as u32, Ordering::Release);
+        Ok(())
+    }
+
+    /// Commits `next` (decision 4): fsync everything written so far, write the header copy that
+    /// does not hold the newest header with sequence newest + 1 and this store's region counts,
+    /// fsync again. Only then is the commit acknowledged.
+    pub fn commit(&mut self, mut next: Header) -> Result<()> {
+        self.require_writable()?;
+        next.sequence = self.header.sequence + 1;
+        next.segment_count = self.segments.len() as u64;
+        next.upper_heap_chunk_count = self.upper_chunks.len() as u64;
+        next.upper_heap_next = self.upper_next;
+        next.table_pages = self.table_pages.iter().map(|p| p.page.offset).collect();
+        next.validate(0)?;
+        self.storage.sync()?;
+        let copy = 1 - self.header_copy;
+        self.write_header_copy(copy, &next)?;
+        self.storage.sync()?;
+        self.header = next;
+        self.header_copy = copy;
+        Ok(())
+    }
+
+    /// Writes a header copy as aligned u64 words, release-ordered after everything before it.
+    fn write_header_copy(&self, copy: usize, h: &Header) -> Result<()> {
+        let bytes = h.encode();
+        let base = format::header_offset(copy);
+        fence(Ordering::Release);
+        for (i, word) in bytes.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..word.len()].copy_from_slice(word);
+            self.meta.u64_at(base + 8 * i as u64)?.store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Region offsets, for inspection: (segments, upper-heap chunks, table pages).
+    pub fn region_offsets(&self) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+        (
+            self.segments.iter().map(|s| s.offset).collect(),
+            self.upper_chunks.iter().map(|c| c.offset).collect(),
+            self.table_pages.iter().map(|p| p.page.offset).collect(),
+        )
+    }
+}
