@@ -1,0 +1,64 @@
+//! Shared helpers for the integration tests: seeded synthetic data and brute force.
+#![allow(dead_code)]
+
+use chassis::graph::distance::reference;
+use chassis::Metric;
+
+/// A small seeded PRNG (xorshift64*), so tests need no extra crates and never vary.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f32 {
+        let u1 = self.uniform().max(1e-7);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// `n` vectors of `dims` in `clusters` Gaussian clusters (centres spread, points spread less).
+pub fn clustered(n: usize, dims: usize, clusters: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = Rng::new(seed);
+    let centres: Vec<Vec<f32>> =
+        (0..clusters).map(|_| (0..dims).map(|_| rng.normal() * 4.0).collect()).collect();
+    (0..n)
+        .map(|_| {
+            let c = &centres[rng.below(clusters)];
+            c.iter().map(|x| x + rng.normal()).collect()
+        })
+        .collect()
+}
+
+/// Exact k nearest (index into `data`), by the metric's distance on what the index stores
+/// (unit vectors for cosine).
+pub fn brute_force(data: &[Vec<f32>], q: &[f32], k: usize, metric: Metric) -> Vec<usize> {
+    let prep = |v: &[f32]| -> Vec<f32> {
+        if metric == Metric::Cosine {
+            let n = reference::dot(v, v).sqrt();
+            v.iter().map(|x| x / n).collect()
+        } else {
+            v.to_vec()
+        }
+    };
+    let q = prep(q);
+    let mut d: Vec<(f32, usize)> =
+        data.iter().enumerate().map(|(i, v)| (reference::distance(metric, &prep(v), &q), i)).collect();
+    d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    d.into_iter().take(k).map(|(_, i)| i).collect()
+}
