@@ -88,6 +88,9 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn corrupt(what: impl Into<String>, offset: u64) -> Self {
-        Error::Corrupt { what: what.into(), offset }
+        Error::Corrupt {
+            what: what.into(),
+            offset,
+        }
     }
 }

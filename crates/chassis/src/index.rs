@@ -94,7 +94,10 @@ impl Options {
 
     fn validate(&self) -> Result<NewFile> {
         if self.dims == 0 || self.dims > header::MAX_DIMS as usize {
-            return Err(Error::InvalidArgument(format!("dims must be 1..=65536, got {}", self.dims)));
+            return Err(Error::InvalidArgument(format!(
+                "dims must be 1..=65536, got {}",
+                self.dims
+            )));
         }
         if self.m < 2 || self.m > header::MAX_M as usize {
             return Err(Error::InvalidArgument(format!(
@@ -103,13 +106,17 @@ impl Options {
             )));
         }
         if self.ef_construction == 0 || self.ef_construction > u32::MAX as usize {
-            return Err(Error::InvalidArgument("ef_construction must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "ef_construction must be at least 1".into(),
+            ));
         }
         if self.max_layers == 0 || self.max_layers > header::MAX_LAYERS_LIMIT as usize {
             return Err(Error::InvalidArgument("max_layers must be 1..=64".into()));
         }
         let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
-        let geometry = self.geometry.unwrap_or_else(|| Geometry::for_layout(dims, m, layers));
+        let geometry = self
+            .geometry
+            .unwrap_or_else(|| Geometry::for_layout(dims, m, layers));
         if let Some(why) = geometry.validate(m, layers) {
             return Err(Error::InvalidArgument(format!("geometry: {why}")));
         }
@@ -138,7 +145,10 @@ fn metric_from_code(c: u32) -> Result<Metric> {
         header::METRIC_L2_SQUARED => Ok(Metric::L2Squared),
         header::METRIC_COSINE => Ok(Metric::Cosine),
         header::METRIC_INNER_PRODUCT => Ok(Metric::InnerProduct),
-        _ => Err(Error::corrupt(format!("unknown metric code {c}"), header::at::METRIC as u64)),
+        _ => Err(Error::corrupt(
+            format!("unknown metric code {c}"),
+            header::at::METRIC as u64,
+        )),
     }
 }
 
@@ -312,7 +322,11 @@ impl Index {
         Index::create_in(Arc::new(MemStorage::new(capacity_bytes)?), options)
     }
 
-    fn open_storage_inner(storage: Arc<dyn Storage>, path: Option<PathBuf>, write: bool) -> Result<Index> {
+    fn open_storage_inner(
+        storage: Arc<dyn Storage>,
+        path: Option<PathBuf>,
+        write: bool,
+    ) -> Result<Index> {
         // Read-only first: a newer write version must not be mapped for writing.
         let probe = Store::open(Arc::clone(&storage), false)?;
         let newer = probe.header().write_version > format::WRITE_VERSION;
@@ -326,11 +340,19 @@ impl Index {
         Index::from_store(store, path, read_only)
     }
 
-    fn from_store(store: Store, path: Option<PathBuf>, read_only: Option<&'static str>) -> Result<Index> {
+    fn from_store(
+        store: Store,
+        path: Option<PathBuf>,
+        read_only: Option<&'static str>,
+    ) -> Result<Index> {
         let h = store.header().clone();
         let metric = metric_from_code(h.metric)?;
         let count = h.committed_count as u32;
-        let entry = if count == 0 { None } else { Some((h.entry_point, h.max_layer as usize)) };
+        let entry = if count == 0 {
+            None
+        } else {
+            Some((h.entry_point, h.max_layer as usize))
+        };
         let index = Index {
             path,
             dist: Distance::new(metric),
@@ -407,10 +429,15 @@ impl Index {
 
     fn check_vector(&self, v: &[f32]) -> Result<Vec<f32>> {
         if v.len() != self.dims() {
-            return Err(Error::DimensionMismatch { expected: self.dims(), got: v.len() });
+            return Err(Error::DimensionMismatch {
+                expected: self.dims(),
+                got: v.len(),
+            });
         }
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::InvalidVector { reason: format!("component {i} is {} (must be finite)", v[i]) });
+            return Err(Error::InvalidVector {
+                reason: format!("component {i} is {} (must be finite)", v[i]),
+            });
         }
         if self.metric() == Metric::Cosine {
             let norm = graph::distance::reference::dot(v, v).sqrt();
@@ -455,7 +482,10 @@ impl Index {
             }
             let id = self.id_of(slot)?;
             if map.insert(id, slot).is_some() {
-                return Err(Error::corrupt(format!("id {id} is stored in two live slots"), 0));
+                return Err(Error::corrupt(
+                    format!("id {id} is stored in two live slots"),
+                    0,
+                ));
             }
         }
         Ok(map)
@@ -493,7 +523,10 @@ impl Index {
     /// The stored vector of `id` (for cosine, the unit vector that was stored).
     pub fn get(&self, id: u64) -> Result<Vec<f32>> {
         let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
-        self.store.vector(slot).map(<[f32]>::to_vec).ok_or_else(|| Error::corrupt("vector unreadable", 0))
+        self.store
+            .vector(slot)
+            .map(<[f32]>::to_vec)
+            .ok_or_else(|| Error::corrupt("vector unreadable", 0))
     }
 
     /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
@@ -526,19 +559,35 @@ impl Index {
     fn insert(&mut self, id: u64, vector: &[f32]) -> Result<()> {
         let v = self.check_vector(vector)?;
         if self.count == u32::MAX {
-            return Err(Error::Full { max: u64::from(u32::MAX) });
+            return Err(Error::Full {
+                max: u64::from(u32::MAX),
+            });
         }
         let slot = self.count;
         self.store.ensure_slot(slot)?;
         let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
-        let upper_ref = if level > 0 { self.store.alloc_upper(level as u32)? } else { 0 };
+        let upper_ref = if level > 0 {
+            self.store.alloc_upper(level as u32)?
+        } else {
+            0
+        };
         self.store.write_slot(slot, id, &v, upper_ref)?;
         self.count = slot + 1;
         self.dirty = true;
         let mut scratch = self.take_scratch();
-        let view = View { store: &self.store, count: self.count };
-        let becomes_entry =
-            graph::insert(&view, &self.dist, &self.params, slot, level, self.entry, &mut scratch);
+        let view = View {
+            store: &self.store,
+            count: self.count,
+        };
+        let becomes_entry = graph::insert(
+            &view,
+            &self.dist,
+            &self.params,
+            slot,
+            level,
+            self.entry,
+            &mut scratch,
+        );
         self.put_scratch(scratch);
         if becomes_entry {
             self.entry = Some((slot, level));
@@ -619,19 +668,44 @@ impl Index {
         }
         let q = self.check_vector(query)?;
         let want = k.min(self.len());
-        let Some((ep, max_layer)) = self.entry else { return Ok(Vec::new()) };
+        let Some((ep, max_layer)) = self.entry else {
+            return Ok(Vec::new());
+        };
         if want == 0 {
             return Ok(Vec::new());
         }
-        let view = View { store: &self.store, count: self.count };
+        let view = View {
+            store: &self.store,
+            count: self.count,
+        };
         let no_deletes = self.store.header().deleted_count == 0 && self.pending_deletes.is_empty();
         let mut scratch = self.take_scratch();
         let mut ef = ef.max(k);
         let hits = loop {
             let hits = if no_deletes {
-                graph::search(&view, &self.dist, &q, ep, max_layer, k, ef, |_| true, &mut scratch)
+                graph::search(
+                    &view,
+                    &self.dist,
+                    &q,
+                    ep,
+                    max_layer,
+                    k,
+                    ef,
+                    |_| true,
+                    &mut scratch,
+                )
             } else {
-                graph::search(&view, &self.dist, &q, ep, max_layer, k, ef, |s| self.slot_live(s), &mut scratch)
+                graph::search(
+                    &view,
+                    &self.dist,
+                    &q,
+                    ep,
+                    max_layer,
+                    k,
+                    ef,
+                    |s| self.slot_live(s),
+                    &mut scratch,
+                )
             };
             if hits.len() >= want {
                 break hits;
@@ -643,14 +717,24 @@ impl Index {
         };
         self.put_scratch(scratch);
         hits.into_iter()
-            .map(|s| Ok(Neighbor { id: self.id_of(s.slot)?, distance: s.distance }))
+            .map(|s| {
+                Ok(Neighbor {
+                    id: self.id_of(s.slot)?,
+                    distance: s.distance,
+                })
+            })
             .collect()
     }
 
     fn brute_force(&self, q: &[f32], k: usize) -> Vec<Scored> {
         let mut all: Vec<Scored> = (0..self.count)
             .filter(|&s| self.slot_live(s))
-            .filter_map(|s| self.store.vector(s).map(|v| Scored { distance: self.dist.eval(q, v), slot: s }))
+            .filter_map(|s| {
+                self.store.vector(s).map(|v| Scored {
+                    distance: self.dist.eval(q, v),
+                    slot: s,
+                })
+            })
             .collect();
         all.sort_unstable();
         all.truncate(k);
@@ -659,7 +743,10 @@ impl Index {
 
     /// Every live id, in slot order.
     pub fn ids(&self) -> Result<Vec<u64>> {
-        (0..self.count).filter(|&s| self.slot_live(s)).map(|s| self.id_of(s)).collect()
+        (0..self.count)
+            .filter(|&s| self.slot_live(s))
+            .map(|s| self.id_of(s))
+            .collect()
     }
 
     /// A summary of the index and its file.
@@ -679,7 +766,11 @@ impl Index {
             delete_epoch: h.delete_epoch,
             pending_delete_epoch: h.pending_delete_epoch,
             sequence: h.sequence,
-            header_copy: if self.store.header_copy() == 0 { 'A' } else { 'B' },
+            header_copy: if self.store.header_copy() == 0 {
+                'A'
+            } else {
+                'B'
+            },
             max_layer: self.entry.map_or(0, |e| e.1),
             geometry: self.store.geometry(),
             segments: self.store.segment_count(),

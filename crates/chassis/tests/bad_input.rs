@@ -10,7 +10,10 @@ use chassis::{Error, Geometry, Index, Metric, Options};
 use common::clustered;
 
 fn small(dims: usize, metric: Metric) -> Options {
-    Options::new(dims, metric).m(8).ef_construction(32).geometry(Geometry::small_for_tests(8, 16))
+    Options::new(dims, metric)
+        .m(8)
+        .ef_construction(32)
+        .geometry(Geometry::small_for_tests(8, 16))
 }
 
 fn make(path: &Path, metric: Metric) -> Vec<Vec<f32>> {
@@ -31,25 +34,65 @@ fn wrong_vectors_and_arguments_are_typed_errors_and_change_nothing() {
     let before = fs::read(&path).unwrap();
     {
         let mut ix = Index::open(&path).unwrap();
-        assert!(matches!(ix.add(&[1.0, 2.0]), Err(Error::DimensionMismatch { expected: 4, got: 2 })));
-        assert!(matches!(ix.search(&[1.0; 5], 3, 10), Err(Error::DimensionMismatch { expected: 4, got: 5 })));
-        assert!(matches!(ix.add(&[1.0, f32::NAN, 0.0, 0.0]), Err(Error::InvalidVector { .. })));
-        assert!(matches!(ix.add(&[1.0, f32::INFINITY, 0.0, 0.0]), Err(Error::InvalidVector { .. })));
-        assert!(matches!(ix.add_with_id(7_000, &[f32::NEG_INFINITY; 4]), Err(Error::InvalidVector { .. })));
-        assert!(matches!(ix.search(&[f32::NAN; 4], 3, 10), Err(Error::InvalidVector { .. })));
+        assert!(matches!(
+            ix.add(&[1.0, 2.0]),
+            Err(Error::DimensionMismatch {
+                expected: 4,
+                got: 2
+            })
+        ));
+        assert!(matches!(
+            ix.search(&[1.0; 5], 3, 10),
+            Err(Error::DimensionMismatch {
+                expected: 4,
+                got: 5
+            })
+        ));
+        assert!(matches!(
+            ix.add(&[1.0, f32::NAN, 0.0, 0.0]),
+            Err(Error::InvalidVector { .. })
+        ));
+        assert!(matches!(
+            ix.add(&[1.0, f32::INFINITY, 0.0, 0.0]),
+            Err(Error::InvalidVector { .. })
+        ));
+        assert!(matches!(
+            ix.add_with_id(7_000, &[f32::NEG_INFINITY; 4]),
+            Err(Error::InvalidVector { .. })
+        ));
+        assert!(matches!(
+            ix.search(&[f32::NAN; 4], 3, 10),
+            Err(Error::InvalidVector { .. })
+        ));
         let zero = ix.add(&[0.0; 4]).unwrap_err();
         assert!(matches!(zero, Error::InvalidVector { .. }));
         assert!(zero.to_string().contains("zero vector"), "{zero}");
-        assert!(matches!(ix.search(&[0.0; 4], 3, 10), Err(Error::InvalidVector { .. })));
-        assert!(matches!(ix.search(&data[0], 0, 10), Err(Error::InvalidArgument(_))));
-        assert!(matches!(ix.delete(12_345), Err(Error::NotFound { id: 12_345 })));
-        assert!(matches!(ix.get(12_345), Err(Error::NotFound { id: 12_345 })));
+        assert!(matches!(
+            ix.search(&[0.0; 4], 3, 10),
+            Err(Error::InvalidVector { .. })
+        ));
+        assert!(matches!(
+            ix.search(&data[0], 0, 10),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            ix.delete(12_345),
+            Err(Error::NotFound { id: 12_345 })
+        ));
+        assert!(matches!(
+            ix.get(12_345),
+            Err(Error::NotFound { id: 12_345 })
+        ));
         assert!(!ix.contains(12_345).unwrap());
         assert_eq!(ix.len(), 100);
         assert!(!ix.has_pending_changes());
         ix.flush().unwrap();
     }
-    assert_eq!(fs::read(&path).unwrap(), before, "failed calls and an empty flush left the file as it was");
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        before,
+        "failed calls and an empty flush left the file as it was"
+    );
 }
 
 #[test]
@@ -59,7 +102,10 @@ fn parameters_out_of_range_are_refused_at_create() {
         (Options::new(4, Metric::L2Squared).m(1), "M"),
         (Options::new(4, Metric::L2Squared).m(32_768), "M"),
         (Options::new(0, Metric::L2Squared), "dims"),
-        (Options::new(4, Metric::L2Squared).ef_construction(0), "ef_construction"),
+        (
+            Options::new(4, Metric::L2Squared).ef_construction(0),
+            "ef_construction",
+        ),
     ] {
         let path = dir.path().join(format!("bad-{what}.chassis"));
         match Index::create(&path, opts) {
@@ -80,15 +126,24 @@ fn a_file_that_is_not_chassis_is_refused() {
     fs::write(&path, "just some text, not an index\n".repeat(10_000)).unwrap();
     let before = fs::read(&path).unwrap();
     assert!(matches!(Index::open(&path), Err(Error::NotChassisFile)));
-    assert!(matches!(Index::open_read_only(&path), Err(Error::NotChassisFile)));
+    assert!(matches!(
+        Index::open_read_only(&path),
+        Err(Error::NotChassisFile)
+    ));
     let empty = dir.path().join("empty");
     fs::write(&empty, b"").unwrap();
     assert!(matches!(Index::open(&empty), Err(Error::NotChassisFile)));
     assert_eq!(fs::read(&path).unwrap(), before);
     // Creating over an existing non-empty file is refused too.
-    assert!(matches!(Index::create(&path, Options::new(4, Metric::Cosine)), Err(Error::Io(_))));
+    assert!(matches!(
+        Index::create(&path, Options::new(4, Metric::Cosine)),
+        Err(Error::Io(_))
+    ));
     assert_eq!(fs::read(&path).unwrap(), before);
-    assert!(matches!(Index::open(dir.path().join("missing")), Err(Error::Io(_))));
+    assert!(matches!(
+        Index::open(dir.path().join("missing")),
+        Err(Error::Io(_))
+    ));
 }
 
 #[test]
@@ -98,7 +153,9 @@ fn truncated_files_are_corrupt_not_panics() {
     make(&path, Metric::L2Squared);
     let full = fs::read(&path).unwrap();
     let cut = dir.path().join("cut.chassis");
-    let mut points: Vec<usize> = vec![0, 8, 16, 100, 239, 240, 4096, 65_536, 65_600, 131_072, 196_607, 196_608];
+    let mut points: Vec<usize> = vec![
+        0, 8, 16, 100, 239, 240, 4096, 65_536, 65_600, 131_072, 196_607, 196_608,
+    ];
     points.extend((196_608..full.len()).step_by(65_536));
     points.extend([full.len() - 1, full.len() - 65_536]);
     for n in points {
@@ -107,7 +164,11 @@ fn truncated_files_are_corrupt_not_panics() {
             Err(Error::Corrupt { .. } | Error::NotChassisFile) => {}
             other => panic!("truncated to {n}: {other:?}"),
         }
-        assert_eq!(fs::read(&cut).unwrap().len(), n, "open never changes a bad file");
+        assert_eq!(
+            fs::read(&cut).unwrap().len(),
+            n,
+            "open never changes a bad file"
+        );
     }
 }
 
@@ -149,8 +210,14 @@ fn a_newer_read_version_is_too_new_even_with_a_bad_checksum() {
     let mut b = fs::read(&path).unwrap();
     b[at::READ_VERSION..at::READ_VERSION + 4].copy_from_slice(&4u32.to_le_bytes());
     fs::write(&path, &b).unwrap();
-    assert!(matches!(Index::open(&path), Err(Error::TooNew { read_version: 4 })));
-    assert!(matches!(Index::open_read_only(&path), Err(Error::TooNew { read_version: 4 })));
+    assert!(matches!(
+        Index::open(&path),
+        Err(Error::TooNew { read_version: 4 })
+    ));
+    assert!(matches!(
+        Index::open_read_only(&path),
+        Err(Error::TooNew { read_version: 4 })
+    ));
     assert_eq!(fs::read(&path).unwrap(), b);
 }
 
@@ -162,7 +229,8 @@ fn a_newer_write_version_opens_read_only() {
     let mut b = fs::read(&path).unwrap();
     // Rewrite both copies with write version 4 and a fresh checksum.
     for base in [0usize, 65_536] {
-        b[base + at::WRITE_VERSION..base + at::WRITE_VERSION + 4].copy_from_slice(&4u32.to_le_bytes());
+        b[base + at::WRITE_VERSION..base + at::WRITE_VERSION + 4]
+            .copy_from_slice(&4u32.to_le_bytes());
         let len = u32::from_le_bytes(b[base + 16..base + 20].try_into().unwrap()) as usize;
         let sum = chassis::format::header::checksum(&b[base..base + len]);
         b[base + at::CHECKSUM..base + at::CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
@@ -176,7 +244,11 @@ fn a_newer_write_version_opens_read_only() {
     assert!(matches!(ix.delete(1), Err(Error::ReadOnly { .. })));
     assert!(matches!(ix.flush(), Err(Error::ReadOnly { .. })));
     drop(ix);
-    assert_eq!(fs::read(&path).unwrap(), b, "a read-only open writes nothing");
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        b,
+        "a read-only open writes nothing"
+    );
 }
 
 #[test]

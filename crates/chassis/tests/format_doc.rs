@@ -12,7 +12,10 @@ fn doc_tables() -> Vec<(String, Vec<Row>)> {
     let mut current: Option<(String, Vec<Row>)> = None;
     for line in text.lines() {
         let line = line.trim();
-        if let Some(name) = line.strip_prefix("<!-- layout: ").and_then(|r| r.strip_suffix(" -->")) {
+        if let Some(name) = line
+            .strip_prefix("<!-- layout: ")
+            .and_then(|r| r.strip_suffix(" -->"))
+        {
             current = Some((name.to_string(), Vec::new()));
         } else if line == "<!-- end -->" {
             out.push(current.take().expect("end without layout"));
@@ -34,16 +37,34 @@ fn rows(v: &[(&str, u64, u64)]) -> Vec<Row> {
 }
 
 fn code_tables() -> Vec<(String, Vec<Row>)> {
-    let mut header_rows: Vec<Row> =
-        header::FIELDS.iter().map(|(n, o, s)| (n.to_string(), *o as u64, *s as u64)).collect();
-    header_rows.push(("table_page_offsets".into(), header::at::TABLE_PAGE_OFFSETS as u64, 0));
+    let mut header_rows: Vec<Row> = header::FIELDS
+        .iter()
+        .map(|(n, o, s)| (n.to_string(), *o as u64, *s as u64))
+        .collect();
+    header_rows.push((
+        "table_page_offsets".into(),
+        header::at::TABLE_PAGE_OFFSETS as u64,
+        0,
+    ));
     vec![
         (
             "file".into(),
             rows(&[
-                ("header_a", format::HEADER_A_OFFSET, format::HEADER_COPY_BYTES),
-                ("header_b", format::HEADER_B_OFFSET, format::HEADER_COPY_BYTES),
-                ("live_page", format::LIVE_PAGE_OFFSET, format::LIVE_PAGE_BYTES),
+                (
+                    "header_a",
+                    format::HEADER_A_OFFSET,
+                    format::HEADER_COPY_BYTES,
+                ),
+                (
+                    "header_b",
+                    format::HEADER_B_OFFSET,
+                    format::HEADER_COPY_BYTES,
+                ),
+                (
+                    "live_page",
+                    format::LIVE_PAGE_OFFSET,
+                    format::LIVE_PAGE_BYTES,
+                ),
                 ("data_start", format::DATA_START, 0),
             ]),
         ),
@@ -58,17 +79,28 @@ fn code_tables() -> Vec<(String, Vec<Row>)> {
         ),
         (
             "level0_record".into(),
-            rows(&[("upper_ref", record::RECORD_UPPER_REF_AT, 8), ("neighbors", record::RECORD_NEIGHBORS_AT, 4)]),
+            rows(&[
+                ("upper_ref", record::RECORD_UPPER_REF_AT, 8),
+                ("neighbors", record::RECORD_NEIGHBORS_AT, 4),
+            ]),
         ),
         (
             "heap_chunk_head".into(),
-            rows(&[("magic", 0, 8), ("kind", 8, 4), ("reserved", 12, record::HEAP_CHUNK_HEAD_BYTES - 12)]),
+            rows(&[
+                ("magic", 0, 8),
+                ("kind", 8, 4),
+                ("reserved", 12, record::HEAP_CHUNK_HEAD_BYTES - 12),
+            ]),
         ),
         (
             "upper_entry".into(),
             rows(&[
                 ("layers", record::UPPER_LAYERS_AT, 4),
-                ("reserved", record::UPPER_LAYERS_AT + 4, record::UPPER_LISTS_AT - 4),
+                (
+                    "reserved",
+                    record::UPPER_LAYERS_AT + 4,
+                    record::UPPER_LISTS_AT - 4,
+                ),
                 ("lists", record::UPPER_LISTS_AT, 4),
             ]),
         ),
@@ -88,7 +120,11 @@ fn code_tables() -> Vec<(String, Vec<Row>)> {
                 ("routing_count", live::ROUTING_COUNT_AT, 8),
                 ("segment_count", live::SEGMENT_COUNT_AT, 8),
                 ("upper_heap_chunk_count", live::UPPER_HEAP_CHUNK_COUNT_AT, 8),
-                ("metadata_heap_chunk_count", live::METADATA_HEAP_CHUNK_COUNT_AT, 8),
+                (
+                    "metadata_heap_chunk_count",
+                    live::METADATA_HEAP_CHUNK_COUNT_AT,
+                    8,
+                ),
                 ("table_page_count", live::TABLE_PAGE_COUNT_AT, 4),
                 ("reserved", live::TABLE_PAGE_COUNT_AT + 4, 4),
                 ("table_page_offsets", live::TABLE_PAGE_OFFSETS_AT, 8),
@@ -103,9 +139,15 @@ fn format_md_matches_the_code() {
     let code = code_tables();
     let doc_names: Vec<&String> = doc.iter().map(|(n, _)| n).collect();
     let code_names: Vec<&String> = code.iter().map(|(n, _)| n).collect();
-    assert_eq!(doc_names, code_names, "FORMAT.md documents exactly these layouts");
+    assert_eq!(
+        doc_names, code_names,
+        "FORMAT.md documents exactly these layouts"
+    );
     for ((name, d), (_, c)) in doc.iter().zip(&code) {
-        assert_eq!(d, c, "layout `{name}` in docs/FORMAT.md differs from the code");
+        assert_eq!(
+            d, c,
+            "layout `{name}` in docs/FORMAT.md differs from the code"
+        );
     }
 }
 

@@ -6,7 +6,10 @@ use chassis::{Error, Geometry, Index, Metric, Options};
 use common::{brute_force, clustered, Rng};
 
 fn small(dims: usize, metric: Metric) -> Options {
-    Options::new(dims, metric).m(8).ef_construction(64).geometry(Geometry::small_for_tests(8, 16))
+    Options::new(dims, metric)
+        .m(8)
+        .ef_construction(64)
+        .geometry(Geometry::small_for_tests(8, 16))
 }
 
 #[test]
@@ -51,7 +54,11 @@ fn unflushed_work_is_gone_after_reopen() {
         }
         ix.delete(5).unwrap();
         assert_eq!(ix.len(), 299, "visible in this process before the flush");
-        assert!(ix.search(&data[5], 3, 32).unwrap().iter().all(|h| h.id != 5));
+        assert!(ix
+            .search(&data[5], 3, 32)
+            .unwrap()
+            .iter()
+            .all(|h| h.id != 5));
         // dropped without flush
     }
     let mut ix = Index::open(&path).unwrap();
@@ -89,12 +96,19 @@ fn deleted_ids_are_never_returned() {
             ix.delete(id).unwrap();
         }
     }
-    assert!(matches!(ix.delete(*deleted.iter().next().unwrap()), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        ix.delete(*deleted.iter().next().unwrap()),
+        Err(Error::NotFound { .. })
+    ));
     let check = |ix: &Index| {
         assert_eq!(ix.len(), 400);
         for q in data.iter().step_by(7) {
             let hits = ix.search(q, 10, 16).unwrap();
-            assert_eq!(hits.len(), 10, "min(k, live) results even with most slots deleted");
+            assert_eq!(
+                hits.len(),
+                10,
+                "min(k, live) results even with most slots deleted"
+            );
             for h in &hits {
                 assert!(!deleted.contains(&h.id), "deleted id {} returned", h.id);
             }
@@ -129,7 +143,10 @@ fn search_returns_the_exact_nearest_among_live_vectors_when_brute_forced() {
     let live: Vec<Vec<f32>> = data[190..].to_vec();
     for q in data.iter().take(20) {
         let hits = ix.search(q, 10, 10).unwrap();
-        let truth: Vec<u64> = brute_force(&live, q, 10, Metric::InnerProduct).iter().map(|&i| 190 + i as u64).collect();
+        let truth: Vec<u64> = brute_force(&live, q, 10, Metric::InnerProduct)
+            .iter()
+            .map(|&i| 190 + i as u64)
+            .collect();
         let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
         assert_eq!(got.len(), 10);
         let mut g = got.clone();
@@ -150,7 +167,10 @@ fn custom_ids_survive_reopen_and_reject_duplicates() {
         for (i, v) in data.iter().enumerate() {
             ix.add_with_id(1_000_000 + 7 * i as u64, v).unwrap();
         }
-        assert!(matches!(ix.add_with_id(1_000_000, &data[3]), Err(Error::DuplicateId { id: 1_000_000 })));
+        assert!(matches!(
+            ix.add_with_id(1_000_000, &data[3]),
+            Err(Error::DuplicateId { id: 1_000_000 })
+        ));
         // An index-assigned id after custom ones is above every stored id.
         assert_eq!(ix.add(&data[0]).unwrap(), 1_000_000 + 7 * 199 + 1);
         ix.delete(1_000_007).unwrap();
@@ -164,11 +184,17 @@ fn custom_ids_survive_reopen_and_reject_duplicates() {
     assert_eq!(ix.get(1_000_007).unwrap(), data[150]);
     assert_eq!(ix.get(1_000_014).unwrap(), data[2]);
     assert!(matches!(ix.get(5), Err(Error::NotFound { id: 5 })));
-    assert!(matches!(ix.add_with_id(1_000_014, &data[0]), Err(Error::DuplicateId { .. })));
+    assert!(matches!(
+        ix.add_with_id(1_000_014, &data[0]),
+        Err(Error::DuplicateId { .. })
+    ));
     let hit = ix.search(&data[10], 1, 32).unwrap();
     assert_eq!(hit[0].id, 1_000_070);
     ix.add_with_id(u64::MAX, &data[1]).unwrap();
-    assert!(matches!(ix.add(&data[1]), Err(Error::DuplicateId { .. })), "no id above u64::MAX");
+    assert!(
+        matches!(ix.add(&data[1]), Err(Error::DuplicateId { .. })),
+        "no id above u64::MAX"
+    );
 }
 
 #[test]
@@ -189,7 +215,11 @@ fn growth_across_many_segments_heap_chunks_and_table_pages() {
     let info = ix.info().unwrap();
     // 16 + 32 + 64 then 64-slot segments: 3,000 slots take 3 + 46 = 49 segments (13 table pages).
     assert_eq!(info.segments, 49);
-    assert!(info.upper_heap_chunks >= 10, "{} heap chunks", info.upper_heap_chunks);
+    assert!(
+        info.upper_heap_chunks >= 10,
+        "{} heap chunks",
+        info.upper_heap_chunks
+    );
     assert!(info.table_pages >= 15, "{} table pages", info.table_pages);
     let (segs, chunks, pages) = ix.store().region_offsets();
     for off in segs.iter().chain(&chunks).chain(&pages) {

@@ -9,7 +9,8 @@ fn recall_at_10(metric: Metric) -> f64 {
     let (n, dims, queries) = (20_000, 32, 200);
     let data = clustered(n + queries, dims, 50, 7);
     let (base, qs) = data.split_at(n);
-    let mut index = Index::in_memory(Options::new(dims, metric).ef_construction(100), 1 << 30).unwrap();
+    let mut index =
+        Index::in_memory(Options::new(dims, metric).ef_construction(100), 1 << 30).unwrap();
     for v in base {
         index.add(v).unwrap();
     }
@@ -18,8 +19,14 @@ fn recall_at_10(metric: Metric) -> f64 {
         let truth = brute_force(base, q, 10, metric);
         let got = index.search(q, 10, 64).unwrap();
         assert_eq!(got.len(), 10);
-        assert!(got.windows(2).all(|w| w[0].distance <= w[1].distance), "nearest first");
-        hit += got.iter().filter(|h| truth.contains(&(h.id as usize))).count();
+        assert!(
+            got.windows(2).all(|w| w[0].distance <= w[1].distance),
+            "nearest first"
+        );
+        hit += got
+            .iter()
+            .filter(|h| truth.contains(&(h.id as usize)))
+            .count();
     }
     hit as f64 / (10 * queries) as f64
 }

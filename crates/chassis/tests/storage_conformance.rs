@@ -33,7 +33,9 @@ fn conformance(s: &dyn Storage, second_handle: &dyn Storage) {
     assert_eq!(&six, b"mapped");
     s.grow(4 << 20).unwrap();
     let r2 = s.map(1 << 20, 65_536, true).unwrap();
-    r2.u64_at(8).unwrap().store(0xDEAD_BEEF, std::sync::atomic::Ordering::Relaxed);
+    r2.u64_at(8)
+        .unwrap()
+        .store(0xDEAD_BEEF, std::sync::atomic::Ordering::Relaxed);
     let mut w = [0u8; 8];
     s.read_at((1 << 20) + 8, &mut w).unwrap();
     assert_eq!(u64::from_le_bytes(w), 0xDEAD_BEEF);
@@ -44,13 +46,19 @@ fn conformance(s: &dyn Storage, second_handle: &dyn Storage) {
     assert!(ro.write(0, b"x").is_err());
     assert!(r.read(65_531, &mut six).is_err());
     assert!(r.u32_at(2).is_err(), "unaligned atomics are refused");
-    assert!(s.map(8 << 20, 65_536, false).is_err(), "mapping past the end");
+    assert!(
+        s.map(8 << 20, 65_536, false).is_err(),
+        "mapping past the end"
+    );
     s.allocate(4 << 20, 1 << 20).unwrap();
     s.sync().unwrap();
     s.sync_dir().unwrap();
     // The writer lock: held by one handle, refused to another, released on drop.
     s.try_lock_exclusive().unwrap();
-    assert!(matches!(second_handle.try_lock_exclusive(), Err(Error::Locked)));
+    assert!(matches!(
+        second_handle.try_lock_exclusive(),
+        Err(Error::Locked)
+    ));
 }
 
 #[test]
@@ -71,7 +79,10 @@ fn memory_backend_conforms() {
     conformance(&a, &b);
     drop(a);
     b.try_lock_exclusive().unwrap();
-    assert!(b.grow(1 << 30).is_err(), "growing past capacity fails like a full disk");
+    assert!(
+        b.grow(1 << 30).is_err(),
+        "growing past capacity fails like a full disk"
+    );
 }
 
 #[test]
@@ -91,11 +102,15 @@ fn memory_backend_durable_image_changes_only_at_sync() {
 #[test]
 fn flush_is_data_fsync_header_fsync_into_the_other_copy() {
     let mem = Arc::new(MemStorage::new(64 << 20).unwrap());
-    let opts = Options::new(4, Metric::L2Squared).m(4).geometry(Geometry::small_for_tests(4, 16));
+    let opts = Options::new(4, Metric::L2Squared)
+        .m(4)
+        .geometry(Geometry::small_for_tests(4, 16));
     let mut ix = Index::create_in(mem.clone(), opts).unwrap();
     let created = mem.durable_image();
     // A new file: A at sequence 1, B at 0, equal otherwise.
-    let seq = |img: &[u8], base: usize| u64::from_le_bytes(img[base + 224..base + 232].try_into().unwrap());
+    let seq = |img: &[u8], base: usize| {
+        u64::from_le_bytes(img[base + 224..base + 232].try_into().unwrap())
+    };
     assert_eq!((seq(&created, 0), seq(&created, 65_536)), (1, 0));
     assert_eq!(created[..224], created[65_536..65_536 + 224]);
     let mut copies = Vec::new();
@@ -105,13 +120,18 @@ fn flush_is_data_fsync_header_fsync_into_the_other_copy() {
         }
         let syncs = mem.sync_count();
         ix.flush().unwrap();
-        assert_eq!(mem.sync_count() - syncs, 2, "one fsync for data, one for the header");
+        assert_eq!(
+            mem.sync_count() - syncs,
+            2,
+            "one fsync for data, one for the header"
+        );
         let img = mem.durable_image();
         let (a, b) = (seq(&img, 0), seq(&img, 65_536));
         copies.push(if a > b { 'A' } else { 'B' });
         assert_eq!(a.max(b), round + 2);
         // Reopening the durable image alone shows this flush.
-        let reopened = Index::open_in(Arc::new(MemStorage::from_image(&img, 64 << 20).unwrap())).unwrap();
+        let reopened =
+            Index::open_in(Arc::new(MemStorage::from_image(&img, 64 << 20).unwrap())).unwrap();
         assert_eq!(reopened.len() as u64, 10 * (round + 1));
     }
     assert_eq!(copies, vec!['B', 'A', 'B', 'A'], "header copies alternate");
@@ -125,6 +145,9 @@ fn flush_is_data_fsync_header_fsync_into_the_other_copy() {
 fn a_second_in_memory_writer_is_locked_out() {
     let mem = Arc::new(MemStorage::new(8 << 20).unwrap());
     let ix = Index::create_in(mem.clone(), Options::new(3, Metric::Cosine)).unwrap();
-    assert!(matches!(Index::open_in(Arc::new(mem.reopen(true))), Err(Error::Locked)));
+    assert!(matches!(
+        Index::open_in(Arc::new(mem.reopen(true))),
+        Err(Error::Locked)
+    ));
     drop(ix);
 }

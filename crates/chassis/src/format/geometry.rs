@@ -47,7 +47,7 @@ impl Geometry {
         let base = 10;
         let slot_bytes = SegmentLayout::slot_bytes(dims, m);
         let mut k = 0;
-        while base + k + 1 <= MAX_SEGMENT_LOG2
+        while base + k < MAX_SEGMENT_LOG2
             && (1u64 << (base + k + 1)) * slot_bytes <= MAX_SEGMENT_BYTES
         {
             k += 1;
@@ -212,7 +212,16 @@ mod tests {
 
     fn geometries() -> Vec<Geometry> {
         let mut v = vec![Geometry::small_for_tests(16, 16)];
-        for (base, k) in [(0, 0), (0, 3), (2, 1), (4, 0), (4, 5), (10, 8), (10, 0), (3, 7)] {
+        for (base, k) in [
+            (0, 0),
+            (0, 3),
+            (2, 1),
+            (4, 0),
+            (4, 5),
+            (10, 8),
+            (10, 0),
+            (3, 7),
+        ] {
             v.push(Geometry {
                 segment_base_log2: base,
                 segment_doublings: k,
@@ -265,7 +274,10 @@ mod tests {
             let g = Geometry::for_layout(dims, 16, 16);
             let bytes = g.steady_slots() * SegmentLayout::slot_bytes(dims, 16);
             assert!(bytes <= MAX_SEGMENT_BYTES);
-            assert!(bytes * 2 > MAX_SEGMENT_BYTES || g.segment_base_log2 + g.segment_doublings == MAX_SEGMENT_LOG2);
+            assert!(
+                bytes * 2 > MAX_SEGMENT_BYTES
+                    || g.segment_base_log2 + g.segment_doublings == MAX_SEGMENT_LOG2
+            );
             assert_eq!(g.validate(16, 16), None);
         }
     }

@@ -84,7 +84,11 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("segment_count", at::SEGMENT_COUNT, 8),
     ("upper_heap_chunk_count", at::UPPER_HEAP_CHUNK_COUNT, 8),
     ("upper_heap_next", at::UPPER_HEAP_NEXT, 8),
-    ("metadata_heap_chunk_count", at::METADATA_HEAP_CHUNK_COUNT, 8),
+    (
+        "metadata_heap_chunk_count",
+        at::METADATA_HEAP_CHUNK_COUNT,
+        8,
+    ),
     ("metadata_heap_next", at::METADATA_HEAP_NEXT, 8),
     ("table_page_count", at::TABLE_PAGE_COUNT, 4),
     ("ef_construction", at::EF_CONSTRUCTION, 4),
@@ -211,9 +215,17 @@ impl Header {
         put_u64(&mut b, at::DELETED_COUNT, self.deleted_count);
         put_u64(&mut b, at::NEXT_ID, self.next_id);
         put_u64(&mut b, at::SEGMENT_COUNT, self.segment_count);
-        put_u64(&mut b, at::UPPER_HEAP_CHUNK_COUNT, self.upper_heap_chunk_count);
+        put_u64(
+            &mut b,
+            at::UPPER_HEAP_CHUNK_COUNT,
+            self.upper_heap_chunk_count,
+        );
         put_u64(&mut b, at::UPPER_HEAP_NEXT, self.upper_heap_next);
-        put_u64(&mut b, at::METADATA_HEAP_CHUNK_COUNT, self.metadata_heap_chunk_count);
+        put_u64(
+            &mut b,
+            at::METADATA_HEAP_CHUNK_COUNT,
+            self.metadata_heap_chunk_count,
+        );
         put_u64(&mut b, at::METADATA_HEAP_NEXT, self.metadata_heap_next);
         put_u32(&mut b, at::TABLE_PAGE_COUNT, self.table_pages.len() as u32);
         put_u32(&mut b, at::EF_CONSTRUCTION, self.ef_construction);
@@ -250,7 +262,10 @@ impl Header {
         }
         let stored = u64_at(b, at::CHECKSUM);
         if checksum(&b[..len]) != stored {
-            return Err(Error::corrupt("header checksum mismatch", base + at::CHECKSUM as u64));
+            return Err(Error::corrupt(
+                "header checksum mismatch",
+                base + at::CHECKSUM as u64,
+            ));
         }
         let table_page_count = u32_at(b, at::TABLE_PAGE_COUNT) as usize;
         if FIXED_BYTES + 8 * table_page_count > len {
@@ -316,42 +331,60 @@ impl Header {
             return bad(format!("M0 {} is not 2M", self.m0), at::M0);
         }
         if self.max_layers == 0 || self.max_layers > MAX_LAYERS_LIMIT {
-            return bad(format!("max layers {} out of range", self.max_layers), at::MAX_LAYERS);
+            return bad(
+                format!("max layers {} out of range", self.max_layers),
+                at::MAX_LAYERS,
+            );
         }
         if let Some(why) = self.geometry.validate(self.m, self.max_layers) {
             return bad(why.to_string(), at::SEGMENT_BASE_LOG2);
         }
         if self.committed_count > u64::from(u32::MAX) {
-            return bad("committed count beyond u32 slots".into(), at::COMMITTED_COUNT);
+            return bad(
+                "committed count beyond u32 slots".into(),
+                at::COMMITTED_COUNT,
+            );
         }
         if self.committed_count == 0 {
             if self.entry_point != NO_ENTRY {
                 return bad("entry point in an empty index".into(), at::ENTRY_POINT);
             }
         } else if u64::from(self.entry_point) >= self.committed_count {
-            return bad("entry point beyond the committed count".into(), at::ENTRY_POINT);
+            return bad(
+                "entry point beyond the committed count".into(),
+                at::ENTRY_POINT,
+            );
         }
         if self.max_layer >= self.max_layers {
             return bad("max layer beyond max layers".into(), at::MAX_LAYER);
         }
         if self.deleted_count > self.committed_count {
-            return bad("deleted count exceeds committed count".into(), at::DELETED_COUNT);
+            return bad(
+                "deleted count exceeds committed count".into(),
+                at::DELETED_COUNT,
+            );
         }
         if self.segment_count < self.geometry.segments_for(self.committed_count) {
-            return bad("too few segments for the committed count".into(), at::SEGMENT_COUNT);
+            return bad(
+                "too few segments for the committed count".into(),
+                at::SEGMENT_COUNT,
+            );
         }
         let entries = u64::from(self.geometry.table_page_entries);
         let pages = self.table_pages.len() as u64;
         if self.segment_count + self.upper_heap_chunk_count + self.metadata_heap_chunk_count
             > pages * entries
         {
-            return bad("more regions than table entries".into(), at::TABLE_PAGE_COUNT);
+            return bad(
+                "more regions than table entries".into(),
+                at::TABLE_PAGE_COUNT,
+            );
         }
         if self.table_pages.len() > MAX_TABLE_PAGES {
             return bad("too many table pages".into(), at::TABLE_PAGE_COUNT);
         }
         for (i, &off) in self.table_pages.iter().enumerate() {
-            if off < super::DATA_START || off % REGION_ALIGN != 0 {
+            if off < super::DATA_START || !off.is_multiple_of(REGION_ALIGN) {
                 return bad(
                     format!("table page {i} at unaligned offset {off}"),
                     at::TABLE_PAGE_OFFSETS + 8 * i,
@@ -391,7 +424,9 @@ pub fn choose(a: &[u8], b: &[u8]) -> Result<(Header, usize)> {
     ];
     for s in &states {
         if let Err(Error::TooNew { read_version }) = s {
-            return Err(Error::TooNew { read_version: *read_version });
+            return Err(Error::TooNew {
+                read_version: *read_version,
+            });
         }
     }
     match states {
@@ -469,7 +504,10 @@ pub(crate) mod tests {
             for bit in 0..8 {
                 let mut c = b.clone();
                 c[byte] ^= 1 << bit;
-                assert!(Header::decode(&c, 0).is_err(), "flip at {byte}.{bit} accepted");
+                assert!(
+                    Header::decode(&c, 0).is_err(),
+                    "flip at {byte}.{bit} accepted"
+                );
             }
         }
     }
@@ -479,7 +517,10 @@ pub(crate) mod tests {
         let mut b = sample().encode();
         put_u32(&mut b, at::READ_VERSION, 4);
         // The checksum no longer matches, yet the answer is TooNew, not Corrupt.
-        assert!(matches!(Header::decode(&b, 0), Err(Error::TooNew { read_version: 4 })));
+        assert!(matches!(
+            Header::decode(&b, 0),
+            Err(Error::TooNew { read_version: 4 })
+        ));
     }
 
     #[test]
@@ -494,13 +535,19 @@ pub(crate) mod tests {
         let (got, copy) = choose(&b, &a).unwrap();
         assert_eq!((got.sequence, copy), (10, 0));
         h.sequence = 9;
-        assert!(matches!(choose(&a, &h.encode()), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            choose(&a, &h.encode()),
+            Err(Error::Corrupt { .. })
+        ));
         // One torn copy: the other wins.
         let mut torn = b.clone();
         torn[100] ^= 0xFF;
         assert_eq!(choose(&a, &torn).unwrap().0.sequence, 9);
         assert!(matches!(choose(&torn, &torn), Err(Error::Corrupt { .. })));
-        assert!(matches!(choose(&[0u8; 300], &[0u8; 300]), Err(Error::NotChassisFile)));
+        assert!(matches!(
+            choose(&[0u8; 300], &[0u8; 300]),
+            Err(Error::NotChassisFile)
+        ));
     }
 
     #[test]
@@ -513,7 +560,9 @@ pub(crate) mod tests {
         for _ in 0..2000 {
             let mut c = b.clone();
             for _ in 0..4 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let i = (x >> 33) as usize % c.len();
                 c[i] = (x >> 17) as u8;
             }

@@ -49,7 +49,10 @@ pub fn decode_head(b: &[u8], offset: u64, expected_capacity: u32) -> Result<u32>
     }
     let kind = u32_at(b, KIND_AT as usize);
     if !(KIND_SEGMENTS..=KIND_METADATA_HEAP).contains(&kind) {
-        return Err(Error::corrupt(format!("table page of unknown kind {kind}"), offset + KIND_AT));
+        return Err(Error::corrupt(
+            format!("table page of unknown kind {kind}"),
+            offset + KIND_AT,
+        ));
     }
     let cap = u32_at(b, CAPACITY_AT as usize);
     if cap != expected_capacity {
@@ -64,12 +67,18 @@ pub fn decode_head(b: &[u8], offset: u64, expected_capacity: u32) -> Result<u32>
 /// Checks that a region offset read from a table entry is usable: aligned, past the fixed
 /// area, and wholly inside a file of `file_len` bytes.
 pub fn check_region(offset: u64, bytes: u64, file_len: u64, at: u64) -> Result<()> {
-    if offset < super::DATA_START || offset % REGION_ALIGN != 0 {
-        return Err(Error::corrupt(format!("region offset {offset} is not 64 KiB-aligned data"), at));
+    if offset < super::DATA_START || !offset.is_multiple_of(REGION_ALIGN) {
+        return Err(Error::corrupt(
+            format!("region offset {offset} is not 64 KiB-aligned data"),
+            at,
+        ));
     }
     match offset.checked_add(bytes) {
         Some(end) if end <= file_len => Ok(()),
-        _ => Err(Error::corrupt(format!("region at {offset} extends past the end of the file"), at)),
+        _ => Err(Error::corrupt(
+            format!("region at {offset} extends past the end of the file"),
+            at,
+        )),
     }
 }
 

@@ -78,7 +78,8 @@ impl SimdLevel {
         let mut v = vec![SimdLevel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
             {
                 v.push(SimdLevel::Avx2Fma);
             }
@@ -102,7 +103,10 @@ pub struct Distance {
 
 impl std::fmt::Debug for Distance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Distance").field("metric", &self.metric).field("level", &self.level).finish()
+        f.debug_struct("Distance")
+            .field("metric", &self.metric)
+            .field("level", &self.level)
+            .finish()
     }
 }
 
@@ -114,7 +118,11 @@ impl Distance {
 
     /// The metric with a given kernel level. A level the CPU lacks falls back to portable.
     pub fn with_level(metric: Metric, level: SimdLevel) -> Distance {
-        let level = if SimdLevel::available().contains(&level) { level } else { SimdLevel::Portable };
+        let level = if SimdLevel::available().contains(&level) {
+            level
+        } else {
+            SimdLevel::Portable
+        };
         let kernel: Kernel = match (metric, level) {
             (Metric::L2Squared, SimdLevel::Portable) => portable::l2sq,
             (_, SimdLevel::Portable) => portable::one_minus_dot,
@@ -131,7 +139,11 @@ impl Distance {
             #[cfg(not(target_arch = "x86_64"))]
             (_, _) => portable::one_minus_dot,
         };
-        Distance { metric, level, kernel }
+        Distance {
+            metric,
+            level,
+            kernel,
+        }
     }
 
     /// The metric.
@@ -155,7 +167,10 @@ impl Distance {
 pub mod reference {
     /// Σ aᵢbᵢ, accumulated in f64.
     pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>() as f32
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum::<f64>() as f32
     }
 
     /// Σ (aᵢ − bᵢ)², accumulated in f64.
@@ -187,7 +202,10 @@ mod portable {
         let mut acc = [0f32; LANES];
         let chunks = n / LANES;
         for c in 0..chunks {
-            let (x, y) = (&a[c * LANES..c * LANES + LANES], &b[c * LANES..c * LANES + LANES]);
+            let (x, y) = (
+                &a[c * LANES..c * LANES + LANES],
+                &b[c * LANES..c * LANES + LANES],
+            );
             for i in 0..LANES {
                 acc[i] += x[i] * y[i];
             }
@@ -209,7 +227,10 @@ mod portable {
         let mut acc = [0f32; LANES];
         let chunks = n / LANES;
         for c in 0..chunks {
-            let (x, y) = (&a[c * LANES..c * LANES + LANES], &b[c * LANES..c * LANES + LANES]);
+            let (x, y) = (
+                &a[c * LANES..c * LANES + LANES],
+                &b[c * LANES..c * LANES + LANES],
+            );
             for i in 0..LANES {
                 let d = x[i] - y[i];
                 acc[i] += d * d;
@@ -246,10 +267,11 @@ mod x86 {
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
-        // SAFETY (all loads below): i + width <= n keeps every unaligned load inside both slices.
         while i + 32 <= n {
             for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
                 let x = unsafe { _mm256_loadu_ps(pa.add(i + 8 * j)) };
+                // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
                 let y = unsafe { _mm256_loadu_ps(pb.add(i + 8 * j)) };
                 *acc = if L2 {
                     let d = _mm256_sub_ps(x, y);
@@ -261,7 +283,9 @@ mod x86 {
             i += 32;
         }
         while i + 8 <= n {
+            // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
             let x = unsafe { _mm256_loadu_ps(pa.add(i)) };
+            // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
             let y = unsafe { _mm256_loadu_ps(pb.add(i)) };
             acc[0] = if L2 {
                 let d = _mm256_sub_ps(x, y);
@@ -289,11 +313,11 @@ mod x86 {
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
         let mut acc = [_mm512_setzero_ps(); 4];
         let mut i = 0;
-        // SAFETY (all loads below): full loads stay inside both slices (i + width <= n); the
-        // masked tail load reads only lanes below n - i.
         while i + 64 <= n {
             for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
                 let x = unsafe { _mm512_loadu_ps(pa.add(i + 16 * j)) };
+                // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
                 let y = unsafe { _mm512_loadu_ps(pb.add(i + 16 * j)) };
                 *acc = if L2 {
                     let d = _mm512_sub_ps(x, y);
@@ -305,7 +329,9 @@ mod x86 {
             i += 64;
         }
         while i + 16 <= n {
+            // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
             let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
+            // SAFETY: the loop condition keeps this full-width unaligned load inside both slices.
             let y = unsafe { _mm512_loadu_ps(pb.add(i)) };
             acc[0] = if L2 {
                 let d = _mm512_sub_ps(x, y);
@@ -317,7 +343,9 @@ mod x86 {
         }
         if i < n {
             let mask: __mmask16 = (1u32 << (n - i)).wrapping_sub(1) as __mmask16;
+            // SAFETY: the mask enables only lanes below n - i, so only in-bounds elements are read.
             let x = unsafe { _mm512_maskz_loadu_ps(mask, pa.add(i)) };
+            // SAFETY: the mask enables only lanes below n - i, so only in-bounds elements are read.
             let y = unsafe { _mm512_maskz_loadu_ps(mask, pb.add(i)) };
             acc[1] = if L2 {
                 let d = _mm512_sub_ps(x, y);
@@ -384,7 +412,10 @@ mod tests {
                     let want = reference::distance(metric, &a, &b);
                     let got = d.eval(&a, &b);
                     let tol = 1e-4 * (1.0 + want.abs()) * (1.0 + n as f32).sqrt();
-                    assert!((got - want).abs() <= tol, "{metric:?} {level:?} n={n}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{metric:?} {level:?} n={n}: {got} vs {want}"
+                    );
                 }
             }
         }

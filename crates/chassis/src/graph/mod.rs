@@ -85,7 +85,9 @@ impl PartialOrd for Scored {
 
 impl Ord for Scored {
     fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.distance.total_cmp(&other.distance).then(self.slot.cmp(&other.slot))
+        self.distance
+            .total_cmp(&other.distance)
+            .then(self.slot.cmp(&other.slot))
     }
 }
 
@@ -147,7 +149,10 @@ pub fn greedy_descent<S: GraphStore>(
                     scratch.distance_count += 1;
                     let d = dist.eval(q, v);
                     if d < cur.distance {
-                        cur = Scored { distance: d, slot: n };
+                        cur = Scored {
+                            distance: d,
+                            slot: n,
+                        };
                         changed = true;
                     }
                 }
@@ -188,7 +193,9 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
         if c.distance > bound && scratch.results.len() >= ef {
             break;
         }
-        let Some(list) = neighbors(store, c.slot, layer) else { continue };
+        let Some(list) = neighbors(store, c.slot, layer) else {
+            continue;
+        };
         for w in list {
             let n = w.load(Ordering::Relaxed);
             if n >= r || !scratch.visited.insert(n) {
@@ -198,7 +205,10 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
             scratch.distance_count += 1;
             let d = dist.eval(q, v);
             if scratch.results.len() < ef || d < bound {
-                let s = Scored { distance: d, slot: n };
+                let s = Scored {
+                    distance: d,
+                    slot: n,
+                };
                 scratch.candidates.push(Reverse(s));
                 if accept(n) {
                     scratch.results.push(s);
@@ -233,9 +243,14 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
     accept: F,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
-    let Some(v) = store.vector(entry_point) else { return Vec::new() };
+    let Some(v) = store.vector(entry_point) else {
+        return Vec::new();
+    };
     scratch.distance_count += 1;
-    let start = Scored { distance: dist.eval(q, v), slot: entry_point };
+    let start = Scored {
+        distance: dist.eval(q, v),
+        slot: entry_point,
+    };
     let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
     let mut out = search_layer(store, dist, q, cur, ef.max(k), 0, accept, scratch);
     out.truncate(k);
@@ -261,7 +276,9 @@ pub fn select_neighbors<S: GraphStore>(
         if kept.len() >= m {
             break;
         }
-        let Some(cv) = store.vector(c.slot) else { continue };
+        let Some(cv) = store.vector(c.slot) else {
+            continue;
+        };
         let good = kept.iter().all(|k| match store.vector(k.slot) {
             Some(kv) => {
                 scratch.distance_count += 1;
@@ -305,6 +322,7 @@ pub fn rewrite_preserving(words: &[AtomicU32], keep: &[u32]) {
 }
 
 /// Adds the edge `from → to` on `layer`, pruning `from`'s list with the heuristic when full.
+#[allow(clippy::too_many_arguments)]
 fn link<S: GraphStore>(
     store: &S,
     dist: &Distance,
@@ -315,7 +333,9 @@ fn link<S: GraphStore>(
     layer: usize,
     scratch: &mut Scratch,
 ) {
-    let Some(words) = neighbors(store, from, layer) else { return };
+    let Some(words) = neighbors(store, from, layer) else {
+        return;
+    };
     let r = store.routing_count();
     let mut current: Vec<u32> = Vec::with_capacity(words.len() + 1);
     for w in words {
@@ -333,7 +353,10 @@ fn link<S: GraphStore>(
     }
     let Some(fv) = store.vector(from) else { return };
     let mut cands: Vec<Scored> = Vec::with_capacity(current.len() + 1);
-    cands.push(Scored { distance: to_distance, slot: to });
+    cands.push(Scored {
+        distance: to_distance,
+        slot: to,
+    });
     for n in current {
         // A word at or past the routing count is a stale hint: drop it.
         if n >= r || n == from {
@@ -341,7 +364,10 @@ fn link<S: GraphStore>(
         }
         if let Some(v) = store.vector(n) {
             scratch.distance_count += 1;
-            cands.push(Scored { distance: dist.eval(fv, v), slot: n });
+            cands.push(Scored {
+                distance: dist.eval(fv, v),
+                slot: n,
+            });
         }
     }
     cands.sort_unstable();
@@ -362,16 +388,34 @@ pub fn insert<S: GraphStore>(
     entry: Option<(u32, usize)>,
     scratch: &mut Scratch,
 ) -> bool {
-    let Some((ep, max_layer)) = entry else { return true };
-    let Some(q) = store.vector(slot) else { return false };
-    let Some(ev) = store.vector(ep) else { return false };
+    let Some((ep, max_layer)) = entry else {
+        return true;
+    };
+    let Some(q) = store.vector(slot) else {
+        return false;
+    };
+    let Some(ev) = store.vector(ep) else {
+        return false;
+    };
     scratch.distance_count += 1;
-    let mut cur = Scored { distance: dist.eval(q, ev), slot: ep };
+    let mut cur = Scored {
+        distance: dist.eval(q, ev),
+        slot: ep,
+    };
     if max_layer > level {
         cur = greedy_descent(store, dist, q, cur, max_layer, level, scratch);
     }
     for layer in (0..=level.min(max_layer)).rev() {
-        let found = search_layer(store, dist, q, cur, params.ef_construction, layer, |s| s != slot, scratch);
+        let found = search_layer(
+            store,
+            dist,
+            q,
+            cur,
+            params.ef_construction,
+            layer,
+            |s| s != slot,
+            scratch,
+        );
         let selected = select_neighbors(store, dist, &found, params.m, scratch);
         if let Some(words) = neighbors(store, slot, layer) {
             for (w, s) in words.iter().zip(&selected) {
@@ -379,7 +423,9 @@ pub fn insert<S: GraphStore>(
             }
         }
         for s in &selected {
-            link(store, dist, params, s.slot, slot, s.distance, layer, scratch);
+            link(
+                store, dist, params, s.slot, slot, s.distance, layer, scratch,
+            );
         }
         if let Some(best) = found.first() {
             cur = *best;
@@ -403,7 +449,10 @@ mod tests {
         // P(level >= 1) = 1/M.
         let upper = n - counts[0];
         let expected = n as f64 / m as f64;
-        assert!((upper as f64 - expected).abs() < expected * 0.05, "{upper} vs {expected}");
+        assert!(
+            (upper as f64 - expected).abs() < expected * 0.05,
+            "{upper} vs {expected}"
+        );
         assert_eq!(random_level(7, 5, m, 16), random_level(7, 5, m, 16));
         assert!((0..n).all(|s| random_level(1, s, 2, 4) < 4));
     }

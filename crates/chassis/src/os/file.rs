@@ -29,7 +29,12 @@ impl FileStorage {
 
     /// Opens the file for writing, creating it (empty) if it does not exist.
     pub fn create(path: &Path) -> Result<FileStorage> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         Ok(FileStorage::wrap(file, path, true))
     }
 
@@ -69,7 +74,10 @@ impl Storage for FileStorage {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.file.read_exact_at(buf, offset).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
-                Error::corrupt(format!("file ends before byte {}", offset + buf.len() as u64), offset)
+                Error::corrupt(
+                    format!("file ends before byte {}", offset + buf.len() as u64),
+                    offset,
+                )
             } else {
                 Error::Io(e)
             }
@@ -89,11 +97,15 @@ impl Storage for FileStorage {
                 offset,
             ));
         }
-        let len_usize = usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
+        let len_usize =
+            usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
         let mut opts = memmap2::MmapOptions::new();
         opts.offset(offset).len(len_usize);
-        let map =
-            if writable { opts.map_raw(&*self.file)? } else { opts.map_raw_read_only(&*self.file)? };
+        let map = if writable {
+            opts.map_raw(&*self.file)?
+        } else {
+            opts.map_raw_read_only(&*self.file)?
+        };
         let ptr = map.as_mut_ptr();
         // SAFETY: `map` is a live mapping of exactly `len_usize` bytes at a page-aligned
         // address; the Region keeps it alive, and writes are allowed only if it was mapped

@@ -65,7 +65,10 @@ impl MemStorage {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::Io(io::Error::new(io::ErrorKind::OutOfMemory, "MemStorage")));
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "MemStorage",
+            )));
         }
         Ok(MemStorage {
             file: Arc::new(MemFile {
@@ -129,7 +132,10 @@ impl Drop for MemStorage {
 }
 
 fn full() -> Error {
-    Error::Io(io::Error::new(io::ErrorKind::StorageFull, "in-memory file capacity exhausted"))
+    Error::Io(io::Error::new(
+        io::ErrorKind::StorageFull,
+        "in-memory file capacity exhausted",
+    ))
 }
 
 impl Storage for MemStorage {
@@ -147,35 +153,51 @@ impl Storage for MemStorage {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = self.len()?;
-        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > len) {
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > len)
+        {
             return Err(Error::corrupt(
-                format!("file ends before byte {}", offset.saturating_add(buf.len() as u64)),
+                format!(
+                    "file ends before byte {}",
+                    offset.saturating_add(buf.len() as u64)
+                ),
                 offset,
             ));
         }
         // SAFETY: offset + buf.len() <= len <= capacity; `buf` is the caller's own memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.file.ptr.add(offset as usize), buf.as_mut_ptr(), buf.len())
+            std::ptr::copy_nonoverlapping(
+                self.file.ptr.add(offset as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
         };
         Ok(())
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         if !self.writable {
-            return Err(Error::ReadOnly { reason: "handle opened read-only" });
+            return Err(Error::ReadOnly {
+                reason: "handle opened read-only",
+            });
         }
         let end = offset.checked_add(buf.len() as u64).ok_or_else(full)?;
         self.grow(end)?;
         // SAFETY: end <= capacity (checked by grow); `buf` is the caller's own memory.
         unsafe {
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), self.file.ptr.add(offset as usize), buf.len())
+            std::ptr::copy_nonoverlapping(
+                buf.as_ptr(),
+                self.file.ptr.add(offset as usize),
+                buf.len(),
+            )
         };
         Ok(())
     }
 
     fn map(&self, offset: u64, len: u64, writable: bool) -> Result<Region> {
         let file_len = self.len()?;
-        if offset % ALIGN as u64 != 0
+        if !offset.is_multiple_of(ALIGN as u64)
             || len == 0
             || offset.checked_add(len).is_none_or(|end| end > file_len)
         {
@@ -188,7 +210,12 @@ impl Storage for MemStorage {
         // SAFETY: offset + len <= capacity, the allocation is 64 KiB-aligned and never moves
         // or shrinks while `keep` holds the MemFile.
         Ok(unsafe {
-            Region::new(self.file.ptr.add(offset as usize), len as usize, writable && self.writable, keep)
+            Region::new(
+                self.file.ptr.add(offset as usize),
+                len as usize,
+                writable && self.writable,
+                keep,
+            )
         })
     }
 

@@ -22,6 +22,7 @@ pub use region::Region;
 use crate::error::Result;
 
 /// One index file, as the layers above see it.
+#[allow(clippy::len_without_is_empty)]
 pub trait Storage: Send + Sync + 'static {
     /// Current length in bytes.
     fn len(&self) -> Result<u64>;

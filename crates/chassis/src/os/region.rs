@@ -41,7 +41,12 @@ impl Region {
         writable: bool,
         keep: Arc<dyn Any + Send + Sync>,
     ) -> Region {
-        Region { ptr, len, writable, _keep: keep }
+        Region {
+            ptr,
+            len,
+            writable,
+            _keep: keep,
+        }
     }
 
     /// Length in bytes.
@@ -61,7 +66,7 @@ impl Region {
 
     fn check(&self, off: u64, n: u64, align: u64) -> Result<usize> {
         match off.checked_add(n) {
-            Some(end) if end <= self.len as u64 && off % align == 0 => Ok(off as usize),
+            Some(end) if end <= self.len as u64 && off.is_multiple_of(align) => Ok(off as usize),
             _ => Err(out_of_range(off, n, self.len)),
         }
     }
@@ -77,7 +82,9 @@ impl Region {
     /// Copies bytes into the region (the writer only).
     pub fn write(&self, off: u64, buf: &[u8]) -> Result<()> {
         if !self.writable {
-            return Err(Error::ReadOnly { reason: "write through a read-only mapping" });
+            return Err(Error::ReadOnly {
+                reason: "write through a read-only mapping",
+            });
         }
         let o = self.check(off, buf.len() as u64, 1)?;
         // SAFETY: in bounds per `check`, the mapping is writable, and `buf` cannot overlap it
@@ -123,6 +130,9 @@ impl Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("len", &self.len).field("writable", &self.writable).finish()
+        f.debug_struct("Region")
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .finish()
     }
 }

@@ -181,7 +181,10 @@ impl Store {
         let b = read_copy(&*storage, len, 1)?;
         let (header, header_copy) = header::choose(&a, &b)?;
         if len < DATA_START {
-            return Err(Error::corrupt(format!("file truncated to {len} bytes"), len));
+            return Err(Error::corrupt(
+                format!("file truncated to {len} bytes"),
+                len,
+            ));
         }
         let meta = storage.map(0, DATA_START, writable)?;
         let geometry = header.geometry;
@@ -216,7 +219,13 @@ impl Store {
             let mut head = [0u8; table::HEAD_BYTES as usize];
             region.read(0, &mut head)?;
             let kind = table::decode_head(&head, off, cap)?;
-            self.table_pages.push(TablePage { kind, page: Mapped { offset: off, region } });
+            self.table_pages.push(TablePage {
+                kind,
+                page: Mapped {
+                    offset: off,
+                    region,
+                },
+            });
         }
         for k in 0..self.header.segment_count {
             let (offset, at) = self.table_entry(table::KIND_SEGMENTS, k)?;
@@ -224,7 +233,11 @@ impl Store {
             let bytes = align_region(layout.bytes);
             table::check_region(offset, bytes, len, at)?;
             let region = self.storage.map(offset, bytes, self.writable)?;
-            self.segments.push(Segment { offset, layout, region });
+            self.segments.push(Segment {
+                offset,
+                layout,
+                region,
+            });
         }
         for k in 0..self.header.upper_heap_chunk_count {
             let (offset, at) = self.table_entry(table::KIND_UPPER_HEAP, k)?;
@@ -264,7 +277,9 @@ impl Store {
             .iter()
             .filter(|p| p.kind == kind)
             .nth((index / cap) as usize)
-            .ok_or_else(|| Error::corrupt(format!("table of kind {kind} has no entry {index}"), 0))?;
+            .ok_or_else(|| {
+                Error::corrupt(format!("table of kind {kind} has no entry {index}"), 0)
+            })?;
         let at = table::entry_at(index % cap);
         let off = page.page.region.u64_at(at)?.load(Ordering::Acquire);
         Ok((off, page.page.offset + at))
@@ -330,7 +345,9 @@ impl Store {
     pub fn vector(&self, slot: u32) -> Option<&[f32]> {
         let (seg, off) = self.slot_place(slot)?;
         let d = u64::from(self.dims);
-        seg.region.f32s(seg.layout.vectors_at + off * 4 * d, self.dims as usize).ok()
+        seg.region
+            .f32s(seg.layout.vectors_at + off * 4 * d, self.dims as usize)
+            .ok()
     }
 
     /// Level-0 neighbor words of `slot`.
@@ -345,15 +362,19 @@ impl Store {
     pub fn upper_ref(&self, slot: u32) -> Option<u64> {
         let (seg, off) = self.slot_place(slot)?;
         let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_UPPER_REF_AT;
-        seg.region.u64_at(at).ok().map(|w| w.load(Ordering::Acquire))
+        seg.region
+            .u64_at(at)
+            .ok()
+            .map(|w| w.load(Ordering::Acquire))
     }
 
     /// Layers above 0 that `slot` has (0 when its reference is empty or unreadable).
     pub fn upper_layers(&self, slot: u32) -> usize {
         match self.upper_entry(slot) {
-            Some((chunk, off)) => {
-                chunk.region.u32_at(off).map_or(0, |w| w.load(Ordering::Relaxed) as usize)
-            }
+            Some((chunk, off)) => chunk
+                .region
+                .u32_at(off)
+                .map_or(0, |w| w.load(Ordering::Relaxed) as usize),
             None => 0,
         }
     }
@@ -371,7 +392,11 @@ impl Store {
     #[inline]
     pub fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
         let (chunk, off) = self.upper_entry(slot)?;
-        let layers = chunk.region.u32_at(off + record::UPPER_LAYERS_AT).ok()?.load(Ordering::Relaxed);
+        let layers = chunk
+            .region
+            .u32_at(off + record::UPPER_LAYERS_AT)
+            .ok()?
+            .load(Ordering::Relaxed);
         if layer == 0 || layer > layers as usize {
             return None;
         }
@@ -386,9 +411,15 @@ impl Store {
         let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
         let r = &seg.region;
         Some((
-            r.u64_at(at + record::SLOT_ID_AT).ok()?.load(Ordering::Relaxed),
-            r.u64_at(at + record::SLOT_DELETED_EPOCH_AT).ok()?.load(Ordering::Relaxed),
-            r.u64_at(at + record::SLOT_METADATA_REF_AT).ok()?.load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_ID_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_DELETED_EPOCH_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_METADATA_REF_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
         ))
     }
 
@@ -396,15 +427,21 @@ impl Store {
     #[inline]
     pub fn deleted_epoch(&self, slot: u32) -> Option<u64> {
         let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
-        seg.region.u64_at(at).ok().map(|w| w.load(Ordering::Relaxed))
+        let at =
+            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
+        seg.region
+            .u64_at(at)
+            .ok()
+            .map(|w| w.load(Ordering::Relaxed))
     }
 
     fn require_writable(&self) -> Result<()> {
         if self.writable {
             Ok(())
         } else {
-            Err(Error::ReadOnly { reason: "opened read-only" })
+            Err(Error::ReadOnly {
+                reason: "opened read-only",
+            })
         }
     }
 
@@ -422,7 +459,9 @@ impl Store {
     fn append_region(&mut self, bytes: u64) -> Result<(u64, Region)> {
         let offset = self.file_end.max(DATA_START);
         let len = align_region(bytes);
-        let end = offset.checked_add(len).ok_or_else(|| Error::Full { max: u64::from(u32::MAX) })?;
+        let end = offset.checked_add(len).ok_or_else(|| Error::Full {
+            max: u64::from(u32::MAX),
+        })?;
         self.storage.grow(end)?;
         let region = self.storage.map(offset, len, true)?;
         self.file_end = end;
@@ -434,7 +473,11 @@ impl Store {
         let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
         let (offset, region) = self.append_region(layout.bytes)?;
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
-        self.segments.push(Segment { offset, layout, region });
+        self.segments.push(Segment {
+            offset,
+            layout,
+            region,
+        });
         self.publish_regions()
     }
 
@@ -452,11 +495,23 @@ impl Store {
         let have = self.table_pages.iter().filter(|p| p.kind == kind).count() as u64;
         if index / cap >= have {
             if self.table_pages.len() >= header::MAX_TABLE_PAGES {
-                return Err(Error::Full { max: u64::from(u32::MAX) });
+                return Err(Error::Full {
+                    max: u64::from(u32::MAX),
+                });
             }
-            let (off, region) = self.append_region(table::page_bytes(self.geometry.table_page_entries))?;
-            region.write(0, &table::encode_head(kind, self.geometry.table_page_entries))?;
-            self.table_pages.push(TablePage { kind, page: Mapped { offset: off, region } });
+            let (off, region) =
+                self.append_region(table::page_bytes(self.geometry.table_page_entries))?;
+            region.write(
+                0,
+                &table::encode_head(kind, self.geometry.table_page_entries),
+            )?;
+            self.table_pages.push(TablePage {
+                kind,
+                page: Mapped {
+                    offset: off,
+                    region,
+                },
+            });
         }
         let page = self
             .table_pages
@@ -464,7 +519,10 @@ impl Store {
             .filter(|p| p.kind == kind)
             .nth((index / cap) as usize)
             .ok_or_else(|| Error::corrupt("table page missing after append", 0))?;
-        page.page.region.u64_at(table::entry_at(index % cap))?.store(offset, Ordering::Release);
+        page.page
+            .region
+            .u64_at(table::entry_at(index % cap))?
+            .store(offset, Ordering::Release);
         Ok(())
     }
 
@@ -483,7 +541,9 @@ impl Store {
         }
         let region = &self.upper_chunks[chunk as usize].region;
         let o = u64::from(off);
-        region.u32_at(o + record::UPPER_LAYERS_AT)?.store(layers, Ordering::Relaxed);
+        region
+            .u32_at(o + record::UPPER_LAYERS_AT)?
+            .store(layers, Ordering::Relaxed);
         region.u32_at(o + 4)?.store(0, Ordering::Relaxed);
         for w in region.u32_words(o + record::UPPER_LISTS_AT, (layers * self.m) as usize)? {
             w.store(record::EMPTY, Ordering::Relaxed);
@@ -500,15 +560,22 @@ impl Store {
             .slot_place(slot)
             .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
         let r = &seg.region;
-        r.write(seg.layout.headers_at + off * record::SLOT_HEADER_BYTES, &record::encode_slot_header(id, 0, 0))?;
+        r.write(
+            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES,
+            &record::encode_slot_header(id, 0, 0),
+        )?;
         let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-        r.write(seg.layout.vectors_at + off * 4 * u64::from(self.dims), &bytes)?;
+        r.write(
+            seg.layout.vectors_at + off * 4 * u64::from(self.dims),
+            &bytes,
+        )?;
         let rec = seg.layout.records_at + off * self.record_bytes;
         for w in r.u32_words(rec + record::RECORD_NEIGHBORS_AT, 2 * self.m as usize)? {
             w.store(record::EMPTY, Ordering::Relaxed);
         }
         // Release: the record's words are visible before its head names its upper layers.
-        r.u64_at(rec + record::RECORD_UPPER_REF_AT)?.store(upper_ref, Ordering::Release);
+        r.u64_at(rec + record::RECORD_UPPER_REF_AT)?
+            .store(upper_ref, Ordering::Release);
         Ok(())
     }
 
@@ -518,7 +585,8 @@ impl Store {
         let (seg, off) = self
             .slot_place(slot)
             .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
-        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
+        let at =
+            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
         seg.region.u64_at(at)?.store(epoch, Ordering::Release);
         Ok(())
     }
@@ -530,7 +598,9 @@ impl Store {
             return Ok(());
         }
         self.meta.write(format::LIVE_PAGE_OFFSET, &live::MAGIC)?;
-        self.meta.u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)?.store(r, Ordering::Release);
+        self.meta
+            .u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)?
+            .store(r, Ordering::Release);
         Ok(())
     }
 
@@ -539,11 +609,19 @@ impl Store {
         let base = format::LIVE_PAGE_OFFSET;
         let pages = (self.table_pages.len() as u64).min(live::MAX_TABLE_PAGES);
         for (i, p) in self.table_pages.iter().take(pages as usize).enumerate() {
-            self.meta.u64_at(base + live::TABLE_PAGE_OFFSETS_AT + 8 * i as u64)?.store(p.page.offset, Ordering::Relaxed);
+            self.meta
+                .u64_at(base + live::TABLE_PAGE_OFFSETS_AT + 8 * i as u64)?
+                .store(p.page.offset, Ordering::Relaxed);
         }
-        self.meta.u64_at(base + live::SEGMENT_COUNT_AT)?.store(self.segments.len() as u64, Ordering::Relaxed);
-        self.meta.u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?.store(self.upper_chunks.len() as u64, Ordering::Relaxed);
-        self.meta.u32_at(base + live::TABLE_PAGE_COUNT_AT)?.store(pages as u32, Ordering::Release);
+        self.meta
+            .u64_at(base + live::SEGMENT_COUNT_AT)?
+            .store(self.segments.len() as u64, Ordering::Relaxed);
+        self.meta
+            .u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
+            .store(self.upper_chunks.len() as u64, Ordering::Relaxed);
+        self.meta
+            .u32_at(base + live::TABLE_PAGE_COUNT_AT)?
+            .store(pages as u32, Ordering::Release);
         Ok(())
     }
 
@@ -575,7 +653,9 @@ impl Store {
         for (i, word) in bytes.chunks(8).enumerate() {
             let mut w = [0u8; 8];
             w[..word.len()].copy_from_slice(word);
-            self.meta.u64_at(base + 8 * i as u64)?.store(u64::from_le_bytes(w), Ordering::Relaxed);
+            self.meta
+                .u64_at(base + 8 * i as u64)?
+                .store(u64::from_le_bytes(w), Ordering::Relaxed);
         }
         Ok(())
     }

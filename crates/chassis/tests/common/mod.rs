@@ -35,8 +35,9 @@ impl Rng {
 /// `n` vectors of `dims` in `clusters` Gaussian clusters (centres spread, points spread less).
 pub fn clustered(n: usize, dims: usize, clusters: usize, seed: u64) -> Vec<Vec<f32>> {
     let mut rng = Rng::new(seed);
-    let centres: Vec<Vec<f32>> =
-        (0..clusters).map(|_| (0..dims).map(|_| rng.normal() * 4.0).collect()).collect();
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| (0..dims).map(|_| rng.normal() * 4.0).collect())
+        .collect();
     (0..n)
         .map(|_| {
             let c = &centres[rng.below(clusters)];
@@ -57,8 +58,11 @@ pub fn brute_force(data: &[Vec<f32>], q: &[f32], k: usize, metric: Metric) -> Ve
         }
     };
     let q = prep(q);
-    let mut d: Vec<(f32, usize)> =
-        data.iter().enumerate().map(|(i, v)| (reference::distance(metric, &prep(v), &q), i)).collect();
+    let mut d: Vec<(f32, usize)> = data
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (reference::distance(metric, &prep(v), &q), i))
+        .collect();
     d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     d.into_iter().take(k).map(|(_, i)| i).collect()
 }
