@@ -327,10 +327,9 @@ impl Index {
         path: Option<PathBuf>,
         write: bool,
     ) -> Result<Index> {
-        // Read-only first: a newer write version must not be mapped for writing.
-        let probe = Store::open(Arc::clone(&storage), false)?;
-        let newer = probe.header().write_version > format::WRITE_VERSION;
-        drop(probe);
+        // Headers first: a file with a newer write version must not be mapped for writing.
+        let (current, _) = crate::storage::read_current_header(&*storage)?;
+        let newer = current.write_version > format::WRITE_VERSION;
         let read_only = match (write, newer) {
             (false, _) => Some("opened read-only"),
             (true, true) => Some("the file's write version is newer than this release"),

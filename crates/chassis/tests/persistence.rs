@@ -260,3 +260,28 @@ fn file_only_grows() {
         last = len;
     }
 }
+
+#[test]
+fn searches_run_from_many_threads_at_once() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Index>();
+    let data = clustered(2_000, 16, 10, 12);
+    let mut ix = Index::in_memory(small(16, Metric::L2Squared), 1 << 28).unwrap();
+    for v in &data {
+        ix.add(v).unwrap();
+    }
+    let expected: Vec<Vec<chassis::Neighbor>> = data.iter().map(|v| ix.search(v, 5, 32).unwrap()).collect();
+    let found_self = expected.iter().enumerate().filter(|(i, h)| h[0].id == *i as u64).count();
+    assert!(found_self >= 1_990, "{found_self}");
+    let ix = &ix;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (data, expected) = (&data, &expected);
+            s.spawn(move || {
+                for (i, v) in data.iter().enumerate().skip(t).step_by(4) {
+                    assert_eq!(ix.search(v, 5, 32).unwrap(), expected[i], "same answer on any thread");
+                }
+            });
+        }
+    });
+}

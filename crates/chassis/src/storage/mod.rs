@@ -122,6 +122,15 @@ pub fn read_header_copies(storage: &dyn Storage) -> Result<HeaderCopies> {
     })
 }
 
+/// Reads both header copies and chooses the current one (decision 4), without mapping
+/// anything: the newest valid header and which copy (0 = A, 1 = B) holds it.
+pub fn read_current_header(storage: &dyn Storage) -> Result<(Header, usize)> {
+    let len = storage.len()?;
+    let a = read_copy(storage, len, 0)?;
+    let b = read_copy(storage, len, 1)?;
+    header::choose(&a, &b)
+}
+
 impl Store {
     /// Initialises an empty file (the caller holds the lock): both header copies, A at sequence
     /// 1 and B at 0 with equal contents, made durable with the directory entry. An existing
@@ -177,9 +186,7 @@ impl Store {
     /// counts. `writable` maps for writing (the caller holds the lock).
     pub fn open(storage: Arc<dyn Storage>, writable: bool) -> Result<Store> {
         let len = storage.len()?;
-        let a = read_copy(&*storage, len, 0)?;
-        let b = read_copy(&*storage, len, 1)?;
-        let (header, header_copy) = header::choose(&a, &b)?;
+        let (header, header_copy) = read_current_header(&*storage)?;
         if len < DATA_START {
             return Err(Error::corrupt(
                 format!("file truncated to {len} bytes"),
