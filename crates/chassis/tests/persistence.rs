@@ -270,8 +270,13 @@ fn searches_run_from_many_threads_at_once() {
     for v in &data {
         ix.add(v).unwrap();
     }
-    let expected: Vec<Vec<chassis::Neighbor>> = data.iter().map(|v| ix.search(v, 5, 32).unwrap()).collect();
-    let found_self = expected.iter().enumerate().filter(|(i, h)| h[0].id == *i as u64).count();
+    let expected: Vec<Vec<chassis::Neighbor>> =
+        data.iter().map(|v| ix.search(v, 5, 32).unwrap()).collect();
+    let found_self = expected
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| h[0].id == *i as u64)
+        .count();
     assert!(found_self >= 1_990, "{found_self}");
     let ix = &ix;
     std::thread::scope(|s| {
@@ -279,7 +284,11 @@ fn searches_run_from_many_threads_at_once() {
             let (data, expected) = (&data, &expected);
             s.spawn(move || {
                 for (i, v) in data.iter().enumerate().skip(t).step_by(4) {
-                    assert_eq!(ix.search(v, 5, 32).unwrap(), expected[i], "same answer on any thread");
+                    assert_eq!(
+                        ix.search(v, 5, 32).unwrap(),
+                        expected[i],
+                        "same answer on any thread"
+                    );
                 }
             });
         }
