@@ -212,6 +212,21 @@ pub struct Info {
     pub versions: (u32, u32),
 }
 
+/// What opening an index as its writer found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Whether recovery ran: the newest header was the intent of an interrupted delete flush.
+    pub recovered: bool,
+    /// Delete marks recovery reset to 0 (marks of the delete flush that never committed).
+    pub marks_reset: u64,
+    /// Committed live vectors that no path from the entry point reaches, counted when recovery
+    /// ran or the live page shows that an earlier writer inserted without flushing (its
+    /// pruning may have dropped committed edges; ADR-0005 amendment). They are stored and
+    /// returned by `get`, and a search can still reach them by brute force when the graph
+    /// comes up short; a compaction reconnects them. `None` when not checked.
+    pub unreachable: Option<u64>,
+}
+
 type IdMap = HashMap<u64, u32>;
 
 /// An HNSW index over one Chassis file, opened as its single writer (or read-only).
@@ -231,6 +246,7 @@ pub struct Index {
     dirty: bool,
     ids: Mutex<Option<IdMap>>,
     scratch: Mutex<Vec<Scratch>>,
+    report: OpenReport,
 }
 
 impl std::fmt::Debug for Index {
@@ -317,6 +333,11 @@ impl Index {
         Index::open_storage_inner(storage, None, true)
     }
 
+    /// Opens an index in any [`Storage`] read-only: no lock, no recovery.
+    pub fn open_in_read_only(storage: Arc<dyn Storage>) -> Result<Index> {
+        Index::open_storage_inner(storage, None, false)
+    }
+
     /// A new in-memory index (nothing reaches a disk); handy for tests and scratch work.
     pub fn in_memory(options: Options, capacity_bytes: usize) -> Result<Index> {
         Index::create_in(Arc::new(MemStorage::new(capacity_bytes)?), options)
@@ -371,16 +392,66 @@ impl Index {
             dirty: false,
             ids: Mutex::new(None),
             scratch: Mutex::new(Vec::new()),
+            report: OpenReport::default(),
             store,
         };
+        let mut index = index;
         if let Some((ep, _)) = index.entry {
             if index.store.vector(ep).is_none() {
                 return Err(Error::corrupt("entry point has no segment", 0));
             }
         }
-        // R is not durable: a writer starts routing from the committed count.
-        index.store.publish_routing_count(u64::from(count))?;
+        if index.read_only.is_none() {
+            let recovery = index.store.recovery();
+            let unflushed = index
+                .store
+                .live_routing_count()
+                .is_some_and(|r| r > u64::from(count));
+            index.report = OpenReport {
+                recovered: recovery.is_some(),
+                marks_reset: recovery.unwrap_or(0),
+                unreachable: (recovery.is_some() || unflushed).then(|| index.unreachable_count()),
+            };
+            // R is not durable: the writer resets it to N before any ghost slot is reused.
+            index.store.publish_routing_count(u64::from(count))?;
+        }
         Ok(index)
+    }
+
+    /// What opening this index found (recovery, unreachable vectors).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// Live vectors that no path from the entry point reaches, over every layer's edges.
+    pub fn unreachable_count(&self) -> u64 {
+        let Some((ep, _)) = self.entry else { return 0 };
+        let mut seen = vec![false; self.count as usize];
+        let mut stack = vec![ep];
+        seen[ep as usize] = true;
+        while let Some(s) = stack.pop() {
+            let mut visit = |n: u32| {
+                if n < self.count && !seen[n as usize] {
+                    seen[n as usize] = true;
+                    stack.push(n);
+                }
+            };
+            if let Some(words) = self.store.level0(s) {
+                words
+                    .iter()
+                    .for_each(|w| visit(w.load(std::sync::atomic::Ordering::Relaxed)));
+            }
+            for layer in 1..=self.store.upper_layers(s) {
+                if let Some(words) = self.store.upper(s, layer) {
+                    words
+                        .iter()
+                        .for_each(|w| visit(w.load(std::sync::atomic::Ordering::Relaxed)));
+                }
+            }
+        }
+        (0..self.count)
+            .filter(|&s| !seen[s as usize] && self.slot_live(s))
+            .count() as u64
     }
 
     fn writable(&self) -> Result<()> {
@@ -620,15 +691,13 @@ impl Index {
             return Ok(());
         }
         let old = self.store.header().clone();
-        let mut epoch = old.delete_epoch;
-        if !self.pending_deletes.is_empty() {
-            // The crash-safe intent-header protocol for deletes (decision 6) is built with the
-            // crash-safety work; here the marks carry the next epoch and commit with the header.
-            epoch += 1;
-            for &slot in &self.pending_deletes {
-                self.store.set_deleted_epoch(slot, epoch)?;
-            }
-        }
+        let deletes: Vec<u32> = self.pending_deletes.iter().copied().collect();
+        // A delete flush commits at epoch E + 1 through the intent header (decision 6).
+        let epoch = if deletes.is_empty() {
+            old.delete_epoch
+        } else {
+            old.delete_epoch + 1
+        };
         let (entry_point, max_layer) = match self.entry {
             Some((ep, l)) => (ep, l as u32),
             None => (header::NO_ENTRY, 0),
@@ -644,7 +713,7 @@ impl Index {
             next_id: self.next_id,
             ..old
         };
-        self.store.commit(next)?;
+        self.store.commit(next, &deletes)?;
         self.pending_deletes.clear();
         self.dirty = false;
         Ok(())

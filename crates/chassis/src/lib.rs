@@ -35,6 +35,6 @@ pub use error::{Error, Result};
 pub use format::geometry::Geometry;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{
-    Index, Info, Neighbor, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
-    DEFAULT_MAX_LAYERS, DEFAULT_SEED,
+    Index, Info, Neighbor, OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH,
+    DEFAULT_M, DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };

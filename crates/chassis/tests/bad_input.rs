@@ -134,10 +134,10 @@ fn a_file_that_is_not_chassis_is_refused() {
     fs::write(&empty, b"").unwrap();
     assert!(matches!(Index::open(&empty), Err(Error::NotChassisFile)));
     assert_eq!(fs::read(&path).unwrap(), before);
-    // Creating over an existing non-empty file is refused too.
+    // Creating over a file that is not an index is refused, never reinitialised.
     assert!(matches!(
         Index::create(&path, Options::new(4, Metric::Cosine)),
-        Err(Error::Io(_))
+        Err(Error::NotChassisFile)
     ));
     assert_eq!(fs::read(&path).unwrap(), before);
     assert!(matches!(

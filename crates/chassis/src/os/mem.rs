@@ -27,6 +27,10 @@ struct MemFile {
     lock_owner: Mutex<Option<u64>>,
     next_handle: AtomicU64,
     syncs: AtomicU64,
+    /// Fail every sync from this (1-based) sync number on; 0 = never.
+    fail_sync_from: AtomicU64,
+    /// Durable images after each successful sync, when recording.
+    history: Mutex<Option<Vec<Vec<u8>>>>,
 }
 
 // SAFETY: the allocation is only reached through Region (copies and atomics) and through
@@ -79,6 +83,8 @@ impl MemStorage {
                 lock_owner: Mutex::new(None),
                 next_handle: AtomicU64::new(1),
                 syncs: AtomicU64::new(0),
+                fail_sync_from: AtomicU64::new(0),
+                history: Mutex::new(None),
             }),
             handle: 0,
             writable: true,
@@ -116,9 +122,26 @@ impl MemStorage {
         lock(&self.file.durable).clone()
     }
 
-    /// How many times `sync` has been called on this file.
+    /// How many times `sync` has succeeded on this file.
     pub fn sync_count(&self) -> u64 {
         self.file.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Makes the `n`-th sync from now, and every one after it, fail with EIO without making
+    /// anything durable (an fsync failure that never heals). `None` heals the file.
+    pub fn fail_syncs_after(&self, n: Option<u64>) {
+        let at = n.map_or(0, |n| self.sync_count() + n.max(1));
+        self.file.fail_sync_from.store(at, Ordering::Relaxed);
+    }
+
+    /// Starts (or stops) keeping a copy of the durable image after every successful sync.
+    pub fn record_durable_history(&self, on: bool) {
+        *lock(&self.file.history) = on.then(Vec::new);
+    }
+
+    /// The durable images recorded since [`MemStorage::record_durable_history`], oldest first.
+    pub fn durable_history(&self) -> Vec<Vec<u8>> {
+        lock(&self.file.history).clone().unwrap_or_default()
     }
 }
 
@@ -228,7 +251,14 @@ impl Storage for MemStorage {
     }
 
     fn sync(&self) -> Result<()> {
+        let fail_from = self.file.fail_sync_from.load(Ordering::Relaxed);
+        if fail_from != 0 && self.sync_count() + 1 >= fail_from {
+            return Err(Error::Io(io::Error::from_raw_os_error(5)));
+        }
         let image = self.current_image();
+        if let Some(h) = lock(&self.file.history).as_mut() {
+            h.push(image.clone());
+        }
         *lock(&self.file.durable) = image;
         self.file.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -62,6 +62,13 @@ pub struct Store {
     table_pages: Vec<TablePage>,
     upper_next: u64,
     file_end: u64,
+    /// Set by any failure inside a commit or recovery; every later commit then fails with
+    /// [`Error::Poisoned`] (the OS may have dropped dirty pages a retry would claim to commit).
+    poisoned: bool,
+    /// Delete marks recovery reset when this store was opened.
+    marks_reset: u64,
+    /// Whether recovery ran when this store was opened.
+    recovered: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -122,6 +129,27 @@ pub fn read_header_copies(storage: &dyn Storage) -> Result<HeaderCopies> {
     })
 }
 
+/// Whether a file may be (re)initialised by create (decision 7, creation in place): it is
+/// empty, or it is exactly the fixed area's size with both header copies invalid (neither too
+/// new) and a zero live page, which only an interrupted creation leaves. Anything else with
+/// both copies invalid is corrupt and is never reinitialised.
+fn is_unborn(storage: &dyn Storage) -> Result<bool> {
+    let len = storage.len()?;
+    if len == 0 {
+        return Ok(true);
+    }
+    if len != DATA_START {
+        return Ok(false);
+    }
+    match read_current_header(storage) {
+        Ok(_) | Err(Error::TooNew { .. }) => return Ok(false),
+        Err(_) => {}
+    }
+    let mut live = vec![0u8; format::LIVE_PAGE_BYTES as usize];
+    storage.read_at(format::LIVE_PAGE_OFFSET, &mut live)?;
+    Ok(live.iter().all(|&b| b == 0))
+}
+
 /// Reads both header copies and chooses the current one (decision 4), without mapping
 /// anything: the newest valid header and which copy (0 = A, 1 = B) holds it.
 pub fn read_current_header(storage: &dyn Storage) -> Result<(Header, usize)> {
@@ -136,11 +164,14 @@ impl Store {
     /// 1 and B at 0 with equal contents, made durable with the directory entry. An existing
     /// non-empty file is refused.
     pub fn create(storage: Arc<dyn Storage>, new: &NewFile) -> Result<Store> {
-        if storage.len()? != 0 {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "file exists and is not empty; open it instead of creating it",
-            )));
+        if !is_unborn(&*storage)? {
+            return match read_current_header(&*storage) {
+                Ok(_) => Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "file is already a Chassis index; open it instead of creating it",
+                ))),
+                Err(e) => Err(e),
+            };
         }
         let mut h = Header {
             read_version: format::READ_VERSION,
@@ -208,11 +239,79 @@ impl Store {
             table_pages: Vec::new(),
             upper_next: header.upper_heap_next,
             file_end: align_region(len),
+            poisoned: false,
+            marks_reset: 0,
+            recovered: false,
             header,
             header_copy,
         };
         store.map_committed(len)?;
+        if writable && store.header.pending_delete_epoch != 0 {
+            store.recover()?;
+        }
         Ok(store)
+    }
+
+    /// Recovery after a delete flush that stopped between its intent header and its commit
+    /// header (decision 6): reset every deleted epoch above the committed epoch E in slots
+    /// below N, fsync, then write a header with pending_epoch 0 into the copy not read, fsync.
+    /// A crash anywhere in here leaves the intent header newest, so recovery simply runs again.
+    fn recover(&mut self) -> Result<()> {
+        let epoch = self.header.delete_epoch;
+        let n = self.header.committed_count as u32;
+        let mut reset = 0;
+        for slot in 0..n {
+            match self.deleted_epoch(slot) {
+                Some(e) if e > epoch => {
+                    self.set_deleted_epoch(slot, 0)?;
+                    reset += 1;
+                }
+                Some(_) => {}
+                None => return Err(Error::corrupt(format!("slot {slot} has no segment"), 0)),
+            }
+        }
+        self.sync_or_poison()?;
+        let mut next = self.header.clone();
+        next.pending_delete_epoch = 0;
+        next.sequence = self.header.sequence + 1;
+        let copy = 1 - self.header_copy;
+        self.write_header_copy(copy, &next)?;
+        self.sync_or_poison()?;
+        self.header = next;
+        self.header_copy = copy;
+        self.marks_reset = reset;
+        self.recovered = true;
+        Ok(())
+    }
+
+    /// Whether recovery ran at open, and how many delete marks it reset.
+    pub fn recovery(&self) -> Option<u64> {
+        self.recovered.then_some(self.marks_reset)
+    }
+
+    /// Whether a failed commit has poisoned this store.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// R as the live page holds it (`None` if no writer has published since creation). Not
+    /// durable: after a power loss it may describe writes that never reached the disk.
+    pub fn live_routing_count(&self) -> Option<u64> {
+        let mut magic = [0u8; 8];
+        self.meta.read(format::LIVE_PAGE_OFFSET, &mut magic).ok()?;
+        if magic != live::MAGIC {
+            return None;
+        }
+        let w = self
+            .meta
+            .u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)
+            .ok()?;
+        Some(w.load(Ordering::Acquire))
+    }
+
+    fn sync_or_poison(&mut self) -> Result<()> {
+        // Never retry an fsync: after a failure the kernel may have marked the pages clean.
+        self.storage.sync().inspect_err(|_| self.poisoned = true)
     }
 
     fn map_committed(&mut self, len: u64) -> Result<()> {
@@ -632,23 +731,76 @@ impl Store {
         Ok(())
     }
 
-    /// Commits `next` (decision 4): fsync everything written so far, write the header copy that
-    /// does not hold the newest header with sequence newest + 1 and this store's region counts,
-    /// fsync again. Only then is the commit acknowledged.
-    pub fn commit(&mut self, mut next: Header) -> Result<()> {
+    /// Commits `next`, deleting the slots in `deletes` at epoch E + 1 = `next.delete_epoch`.
+    ///
+    /// Without deletes (decision 4): fsync everything written so far, write the header copy that
+    /// does not hold the newest header with sequence newest + 1, fsync.
+    ///
+    /// With deletes (decision 6): (1) write an intent header (the previous commit's state,
+    /// sequence newest + 1, pending_epoch E + 1) into the copy not holding the newest header,
+    /// fsync (this also makes the data durable); (2) write E + 1 into each deleted slot's
+    /// deleted epoch, fsync; (3) write the commit header (sequence newest + 2, pending 0) into
+    /// the other copy, the one that held the previous commit, never over the intent, fsync.
+    ///
+    /// Only then is the commit acknowledged. Any failure poisons the store.
+    pub fn commit(&mut self, mut next: Header, deletes: &[u32]) -> Result<()> {
         self.require_writable()?;
-        next.sequence = self.header.sequence + 1;
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
         next.segment_count = self.segments.len() as u64;
         next.upper_heap_chunk_count = self.upper_chunks.len() as u64;
         next.upper_heap_next = self.upper_next;
         next.table_pages = self.table_pages.iter().map(|p| p.page.offset).collect();
+        next.pending_delete_epoch = 0;
+        let result = if deletes.is_empty() {
+            self.commit_plain(next)
+        } else {
+            self.commit_with_deletes(next, deletes)
+        };
+        if result.is_err() {
+            self.poisoned = true;
+        }
+        result
+    }
+
+    fn commit_plain(&mut self, mut next: Header) -> Result<()> {
+        next.sequence = self.header.sequence + 1;
         next.validate(0)?;
-        self.storage.sync()?;
+        self.sync_or_poison()?;
         let copy = 1 - self.header_copy;
         self.write_header_copy(copy, &next)?;
-        self.storage.sync()?;
+        self.sync_or_poison()?;
         self.header = next;
         self.header_copy = copy;
+        Ok(())
+    }
+
+    fn commit_with_deletes(&mut self, mut next: Header, deletes: &[u32]) -> Result<()> {
+        let epoch = self.header.delete_epoch + 1;
+        if next.delete_epoch != epoch {
+            return Err(Error::corrupt("delete flush epoch is not E + 1", 0));
+        }
+        let mut intent = self.header.clone();
+        intent.sequence = self.header.sequence + 1;
+        intent.pending_delete_epoch = epoch;
+        next.sequence = self.header.sequence + 2;
+        next.validate(0)?;
+        intent.validate(0)?;
+        // (1) data + intent header, fsync.
+        let intent_copy = 1 - self.header_copy;
+        self.write_header_copy(intent_copy, &intent)?;
+        self.sync_or_poison()?;
+        // (2) the marks, fsync.
+        for &slot in deletes {
+            self.set_deleted_epoch(slot, epoch)?;
+        }
+        self.sync_or_poison()?;
+        // (3) the commit header into the copy that held the previous commit, fsync.
+        let commit_copy = self.header_copy;
+        self.write_header_copy(commit_copy, &next)?;
+        self.sync_or_poison()?;
+        self.header = next;
         Ok(())
     }
 
