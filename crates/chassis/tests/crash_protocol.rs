@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chassis::format::header::{self, Header};
-use chassis::os::{MemStorage, Storage};
+use chassis::os::MemStorage;
 use chassis::{Error, Geometry, Index, Metric, Options};
 use common::clustered;
 
