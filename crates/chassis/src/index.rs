@@ -750,6 +750,8 @@ impl Index {
         let mut scratch = self.take_scratch();
         let mut ef = ef.max(k);
         let hits = loop {
+            // Two calls, not one with a runtime branch in the predicate: with no deletes the
+            // filter compiles away from the hot loop.
             let hits = if no_deletes {
                 graph::search(
                     &view,
