@@ -38,6 +38,19 @@ pub fn read_vectors(path: &Path) -> Result<Matrix> {
     }
 }
 
+/// Reads vectors for an index of `dims` dimensions; a file of other dimensions is an error.
+pub fn read_vectors_for(path: &Path, dims: usize) -> Result<Matrix> {
+    let m = read_vectors(path)?;
+    if m.dims != dims {
+        bail!(
+            "{} has {} dims, the index has {dims}",
+            path.display(),
+            m.dims
+        );
+    }
+    Ok(m)
+}
+
 pub fn parse_fvecs(b: &[u8]) -> Result<Matrix> {
     if b.len() < 4 {
         bail!("file is empty");

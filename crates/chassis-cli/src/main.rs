@@ -154,15 +154,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Import { path, file } => {
             let mut index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-            let m = data::read_vectors(&file)?;
-            if m.dims != index.dims() {
-                bail!(
-                    "{} has {} dims, the index has {}",
-                    file.display(),
-                    m.dims,
-                    index.dims()
-                );
-            }
+            let m = data::read_vectors_for(&file, index.dims())?;
             let t = Instant::now();
             let bar = progress(m.rows as u64, "importing");
             let mut first = None;
@@ -198,15 +190,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let index = Index::open_read_only(&path)
                 .with_context(|| format!("cannot open {}", path.display()))?;
-            let q = data::read_vectors(&query_file)?;
-            if q.dims != index.dims() {
-                bail!(
-                    "{} has {} dims, the index has {}",
-                    query_file.display(),
-                    q.dims,
-                    index.dims()
-                );
-            }
+            let q = data::read_vectors_for(&query_file, index.dims())?;
             for i in 0..q.rows {
                 let hits = index
                     .search(q.row(i), k, ef)

@@ -6,14 +6,11 @@ use std::fs;
 use std::path::Path;
 
 use chassis::format::header::at;
-use chassis::{Error, Geometry, Index, Metric, Options};
+use chassis::{Error, Index, Metric, Options};
 use common::clustered;
 
 fn small(dims: usize, metric: Metric) -> Options {
-    Options::new(dims, metric)
-        .m(8)
-        .ef_construction(32)
-        .geometry(Geometry::small_for_tests(8, 16))
+    common::small(dims, metric, 8, 32)
 }
 
 fn make(path: &Path, metric: Metric) -> Vec<Vec<f32>> {

@@ -9,16 +9,13 @@ use std::sync::Arc;
 
 use chassis::format::header::{self, Header};
 use chassis::os::MemStorage;
-use chassis::{Error, Geometry, Index, Metric, Options};
+use chassis::{Error, Index, Metric, Options};
 use common::clustered;
 
 const CAP: usize = 64 << 20;
 
 fn opts() -> Options {
-    Options::new(4, Metric::L2Squared)
-        .m(4)
-        .ef_construction(16)
-        .geometry(Geometry::small_for_tests(4, 16))
+    common::small(4, Metric::L2Squared, 4, 16)
 }
 
 fn copies(img: &[u8]) -> [Result<Header, Error>; 2] {

@@ -2,14 +2,11 @@
 
 mod common;
 
-use chassis::{Error, Geometry, Index, Metric, Options};
+use chassis::{Error, Index, Metric, Options};
 use common::{brute_force, clustered, Rng};
 
 fn small(dims: usize, metric: Metric) -> Options {
-    Options::new(dims, metric)
-        .m(8)
-        .ef_construction(64)
-        .geometry(Geometry::small_for_tests(8, 16))
+    common::small(dims, metric, 8, 64)
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chassis::os::MemStorage;
-use chassis::{Geometry, Index, Metric, Options};
+use chassis::{Index, Metric, Options};
 use common::{clustered, Rng};
 
 const CAP: usize = 64 << 20;
@@ -25,10 +25,7 @@ const SECTOR: usize = 512;
 type State = BTreeMap<u64, Vec<f32>>;
 
 fn opts() -> Options {
-    Options::new(4, Metric::L2Squared)
-        .m(8)
-        .ef_construction(32)
-        .geometry(Geometry::small_for_tests(8, 16))
+    common::small(4, Metric::L2Squared, 8, 32)
 }
 
 fn state_of(ix: &Index) -> State {

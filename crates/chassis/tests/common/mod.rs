@@ -2,7 +2,16 @@
 #![allow(dead_code)]
 
 use chassis::graph::distance::reference;
-use chassis::Metric;
+use chassis::{Geometry, Metric, Options};
+
+/// Options in the unit-test geometry (16-slot segments, 1 KiB heap chunks, 4-entry table
+/// pages), so small indexes cross many regions.
+pub fn small(dims: usize, metric: Metric, m: usize, ef_construction: usize) -> Options {
+    Options::new(dims, metric)
+        .m(m)
+        .ef_construction(ef_construction)
+        .geometry(Geometry::small_for_tests(m as u32, 16))
+}
 
 /// A small seeded PRNG (xorshift64*), so tests need no extra crates and never vary.
 pub struct Rng(u64);
