@@ -28,6 +28,11 @@ mod error;
 pub mod format;
 pub mod graph;
 mod index;
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+pub mod mutants;
+#[cfg(not(feature = "mutants"))]
+mod mutants;
 pub mod os;
 pub mod storage;
 

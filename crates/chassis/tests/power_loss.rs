@@ -1,22 +1,42 @@
-//! A power-loss simulator over the in-memory backend (a first version; the crash-safety issue
-//! extends it with mutants and I/O error injection).
+//! The power-loss simulator over the in-memory backend (crash-safety issue, items 6 to 10).
 //!
-//! The backend records the durable image after every fsync. A crash during fsync k leaves, for
-//! every 512-byte sector that differs between the images before and after it, independently:
-//! the old contents, the new contents, or a mix of the two at 8-byte-word granularity; sectors
-//! that did not change stay as they are. Every such crash image must reopen (with recovery) to
-//! the last acknowledged flush or the one in progress, must show one of those states when
-//! opened read-only without recovery, and must take one more add-and-delete flush and reopen to
-//! exactly that state plus the flush. Crashes inside the recovery a crash image triggers are
-//! simulated the same way.
+//! **Crash images.** A crash keeps, for every 512-byte sector written since the last sync
+//! attempt, independently: the durable contents, the current contents, or a mix of the two at
+//! 8-byte-word granularity; every other sector keeps its durable contents; when the file grew
+//! since its length was last made durable, half the images are cut back to that length.
+//! Crash points: between operations (halfway through each flush's adds, and just after each
+//! flush returns), during every fsync of every flush, and during every fsync of the recovery a
+//! crash image triggers (crash in recovery, then recover again).
+//!
+//! **What every image must satisfy.** (a) Opened with recovery it shows the last acknowledged
+//! flush or, at an fsync of a flush, the one in progress; never older and never a mix, checked
+//! id by id and vector by vector. (b) Opened read-only without recovery it shows one of the
+//! same states. (c) After one more add-and-delete flush and a clean reopen it shows exactly
+//! that state plus the flush. Every stored vector is found as its own nearest neighbor, and
+//! every id a search returns is live.
+//!
+//! **I/O errors.** For every N over a workload, the N-th mutating call (write, growth,
+//! allocation or sync) fails with EIO or ENOSPC, once or from then on. Every error must reach
+//! the caller as `Io` or `Poisoned`; after a failed flush every later flush must fail
+//! `Poisoned`; nothing panics; the file, reopened from the page cache (a process crash) and
+//! from the durable image (a power loss), shows the last acknowledged flush or the failed one.
+//! A failed sync drops the pages it was writing, as Linux does.
+//!
+//! **Mutants.** Each of the ten protocol breaks in `chassis::mutants` is switched on in turn
+//! and must make the simulator report a violation.
+//!
+//! `CHASSIS_POWER_LOSS_IMAGES` (default 3) sets the images drawn per crash point, and
+//! `CHASSIS_POWER_LOSS_SEEDS` (default 2) the number of seeded workloads.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use chassis::os::MemStorage;
-use chassis::{Index, Metric, Options};
+use chassis::mutants::{self, Mutant};
+use chassis::os::{FaultKind, MemStorage};
+use chassis::{Error, Index, Metric, Options};
 use common::{clustered, Rng};
 
 const CAP: usize = 64 << 20;
@@ -28,157 +48,243 @@ fn opts() -> Options {
     common::small(4, Metric::L2Squared, 8, 32)
 }
 
-fn state_of(ix: &Index) -> State {
-    ix.ids()
-        .unwrap()
+fn state_of(ix: &Index) -> Result<State, Error> {
+    ix.ids()?
         .into_iter()
-        .map(|id| (id, ix.get(id).unwrap()))
+        .map(|id| Ok((id, ix.get(id)?)))
         .collect()
 }
 
-/// One crash image between `old` and `new` (the durable images around an fsync).
-fn crash_image(old: &[u8], new: &[u8], rng: &mut Rng) -> Vec<u8> {
-    let mut img = new.to_vec();
-    for (s, chunk) in img.chunks_mut(SECTOR).enumerate() {
-        let at = s * SECTOR;
-        let before: Vec<u8> = (0..chunk.len())
-            .map(|i| old.get(at + i).copied().unwrap_or(0))
-            .collect();
-        if before == chunk {
-            continue;
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What a crash may leave: the durable image, the current one, and the image as of the last
+/// sync attempt (sectors equal to it were not written since and keep their durable contents).
+struct Moment {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    clean: Vec<u8>,
+}
+
+impl Moment {
+    fn of(mem: &MemStorage) -> Moment {
+        Moment {
+            durable: mem.durable_image(),
+            current: mem.current_image(),
+            clean: mem.clean_image(),
         }
-        match rng.below(3) {
-            0 => chunk.copy_from_slice(&before),
-            1 => {}
-            _ => {
-                for (w, word) in chunk.chunks_mut(8).enumerate() {
-                    if rng.below(2) == 0 {
-                        word.copy_from_slice(&before[w * 8..w * 8 + word.len()]);
+    }
+
+    /// A crash at an fsync that took the durable image from `before` to `after`.
+    fn at_sync(before: &[u8], after: &[u8]) -> Moment {
+        Moment {
+            durable: before.to_vec(),
+            current: after.to_vec(),
+            clean: before.to_vec(),
+        }
+    }
+
+    fn crash_image(&self, rng: &mut Rng) -> Vec<u8> {
+        let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
+        let mut img = self.current.clone();
+        for (s, chunk) in img.chunks_mut(SECTOR).enumerate() {
+            let at = s * SECTOR;
+            let durable: Vec<u8> = (0..chunk.len()).map(|i| byte(&self.durable, at + i)).collect();
+            let written = (0..chunk.len()).any(|i| chunk[i] != byte(&self.clean, at + i));
+            if !written {
+                chunk.copy_from_slice(&durable);
+                continue;
+            }
+            match rng.below(3) {
+                0 => chunk.copy_from_slice(&durable),
+                1 => {}
+                _ => {
+                    for (w, word) in chunk.chunks_mut(8).enumerate() {
+                        if rng.below(2) == 0 {
+                            word.copy_from_slice(&durable[w * 8..w * 8 + word.len()]);
+                        }
                     }
                 }
             }
         }
+        if self.durable.len() < img.len() && rng.below(2) == 0 {
+            img.truncate(self.durable.len());
+        }
+        img
     }
-    img
 }
 
 struct Tally {
     points: usize,
     images: usize,
+    fault_runs: usize,
     violations: Vec<String>,
+    /// Stop at the first violation (mutant runs only need one).
+    stop_early: bool,
 }
 
-/// Checks one crash image against its accepted states; may recurse into recovery's crashes.
+impl Tally {
+    fn new(stop_early: bool) -> Tally {
+        Tally {
+            points: 0,
+            images: 0,
+            fault_runs: 0,
+            violations: Vec::new(),
+            stop_early,
+        }
+    }
+    fn violation(&mut self, what: String) {
+        self.violations.push(what);
+    }
+    fn done(&self) -> bool {
+        self.stop_early && !self.violations.is_empty()
+    }
+}
+
+/// Runs `f`, turning a panic into a violation.
+fn guarded(tally: &mut Tally, what: &str, f: impl FnOnce(&mut Tally)) {
+    let mut inner = Tally::new(tally.stop_early);
+    let r = catch_unwind(AssertUnwindSafe(|| f(&mut inner)));
+    tally.points += inner.points;
+    tally.images += inner.images;
+    tally.fault_runs += inner.fault_runs;
+    tally.violations.append(&mut inner.violations);
+    if let Err(p) = r {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        tally.violation(format!("panic in {what}: {msg}"));
+    }
+}
+
+/// Every stored vector is its own nearest neighbor, and every hit is live.
+fn check_searches(ix: &Index, state: &State, tally: &mut Tally, what: &str) {
+    for (id, v) in state {
+        match ix.search(v, 1, 64) {
+            Ok(h) if h.len() == 1 && h[0].distance == 0.0 && state.contains_key(&h[0].id) => {}
+            other => {
+                tally.violation(format!("{what}: id {id} not its own nearest: {other:?}"));
+                return;
+            }
+        }
+    }
+}
+
+/// Checks one crash image against its accepted states; at depth 0 also crashes the recovery
+/// the image triggers at each of its fsyncs and checks those images.
 fn check_image(
     img: &[u8],
     accepted: &[&State],
     tally: &mut Tally,
     rng: &mut Rng,
     depth: usize,
-    extra: &[f32],
+    extra: &[Vec<f32>],
 ) {
     tally.images += 1;
     let which = |s: &State| accepted.iter().position(|a| *a == s);
     // (b) read-only, no recovery.
-    let ro = MemStorage::from_image(img, CAP).unwrap();
-    match Index::open_in_read_only(Arc::new(ro.reopen(false))) {
-        Ok(ix) => {
-            if which(&state_of(&ix)).is_none() {
-                tally.violations.push(format!(
-                    "read-only open shows an unaccepted state ({} ids)",
-                    ix.len()
-                ));
-            }
-        }
-        Err(e) => tally.violations.push(format!("read-only open failed: {e}")),
+    let ro = MemStorage::from_image(img, CAP).expect("image fits");
+    match Index::open_in_read_only(Arc::new(ro.reopen(false))).and_then(|ix| state_of(&ix)) {
+        Ok(s) if which(&s).is_some() => {}
+        Ok(s) => tally.violation(format!(
+            "read-only open shows an unaccepted state ({} ids)",
+            s.len()
+        )),
+        Err(e) => tally.violation(format!("read-only open failed: {e}")),
     }
-    // (a) with recovery; record recovery's own fsyncs to crash inside it.
-    let file = MemStorage::from_image(img, CAP).unwrap();
+    // (a) with recovery, recording recovery's own fsyncs to crash inside it.
+    let file = MemStorage::from_image(img, CAP).expect("image fits");
     file.record_durable_history(true);
     let ix = match Index::open_in(Arc::new(file.reopen(true))) {
         Ok(ix) => ix,
-        Err(e) => {
-            tally
-                .violations
-                .push(format!("open with recovery failed: {e}"));
-            return;
-        }
+        Err(e) => return tally.violation(format!("open with recovery failed: {e}")),
     };
-    let recovered = state_of(&ix);
-    let Some(_) = which(&recovered) else {
-        tally.violations.push(format!(
-            "recovery shows an unaccepted state ({} ids)",
-            ix.len()
-        ));
-        return;
-    };
-    for (id, v) in &recovered {
-        match ix.search(v, 1, 64) {
-            Ok(h) if h[0].distance == 0.0 && recovered.contains_key(&h[0].id) => {}
-            other => tally
-                .violations
-                .push(format!("id {id} not found as its own nearest: {other:?}")),
+    let recovered = match state_of(&ix) {
+        Ok(s) if which(&s).is_some() => s,
+        Ok(s) => {
+            return tally.violation(format!(
+                "recovery shows an unaccepted state ({} ids)",
+                s.len()
+            ))
         }
-    }
+        Err(e) => return tally.violation(format!("reading the recovered state failed: {e}")),
+    };
+    check_searches(&ix, &recovered, tally, "recovered");
     if depth == 0 {
-        let history = file.durable_history();
         let mut prev = img.to_vec();
-        for step in &history {
+        for step in file.durable_history() {
             tally.points += 1;
             for _ in 0..2 {
-                let inner = crash_image(&prev, step, rng);
+                let inner = Moment::at_sync(&prev, &step).crash_image(rng);
                 check_image(&inner, &[&recovered], tally, rng, depth + 1, extra);
             }
-            prev = step.clone();
+            prev = step;
         }
     }
     // (c) one more add-and-delete flush, then a clean reopen: exactly that state plus it.
     let mut ix = ix;
     let mut want = recovered.clone();
-    let id = match ix.add(extra) {
-        Ok(id) => id,
-        Err(e) => {
-            tally
-                .violations
-                .push(format!("add after recovery failed: {e}"));
-            return;
+    for v in extra {
+        match ix.add(v) {
+            Ok(id) => {
+                want.insert(id, v.clone());
+            }
+            Err(e) => return tally.violation(format!("add after recovery failed: {e}")),
         }
-    };
-    want.insert(id, extra.to_vec());
+    }
     if let Some(&victim) = recovered.keys().next() {
-        ix.delete(victim).unwrap();
+        if let Err(e) = ix.delete(victim) {
+            return tally.violation(format!("delete after recovery failed: {e}"));
+        }
         want.remove(&victim);
     }
     if let Err(e) = ix.flush() {
-        tally
-            .violations
-            .push(format!("flush after recovery failed: {e}"));
-        return;
+        return tally.violation(format!("flush after recovery failed: {e}"));
     }
     drop(ix);
-    match Index::open_in(Arc::new(file.reopen(true))) {
-        Ok(ix) if state_of(&ix) == want => {}
-        Ok(_) => tally
-            .violations
-            .push("state after one more flush differs".into()),
-        Err(e) => tally
-            .violations
-            .push(format!("reopen after one more flush failed: {e}")),
+    match Index::open_in(Arc::new(file.reopen(true))).and_then(|ix| Ok((state_of(&ix)?, ix))) {
+        Ok((s, ix)) if s == want => check_searches(&ix, &want, tally, "after one more flush"),
+        Ok(_) => tally.violation("state after one more flush differs".into()),
+        Err(e) => tally.violation(format!("reopen after one more flush failed: {e}")),
     }
 }
 
-#[test]
-fn power_loss() {
-    let images_per_point: usize = std::env::var("CHASSIS_POWER_LOSS_IMAGES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let mem = MemStorage::new(CAP).unwrap();
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+/// Draws `n` images at one crash point and checks each.
+fn crash_point(
+    moment: &Moment,
+    accepted: &[&State],
+    n: usize,
+    tally: &mut Tally,
+    rng: &mut Rng,
+    extra: &[Vec<f32>],
+) {
+    tally.points += 1;
+    for _ in 0..n {
+        if tally.done() {
+            return;
+        }
+        let img = moment.crash_image(rng);
+        check_image(&img, accepted, tally, rng, 0, extra);
+    }
+}
+
+/// The simulator's workload (experiment 4): 15 flushes in the unit-test geometry, each adding
+/// 6 to 19 vectors and deleting one of them (the flush's first on even flushes), most also
+/// deleting an older one, crossing segments, heap chunks and table pages.
+fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
+    let mem = MemStorage::new(CAP).expect("capacity");
+    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
     let created = mem.durable_image();
     mem.record_durable_history(true);
-    let data = clustered(400, 4, 6, 31);
-    let mut rng = Rng::new(77);
+    let data = clustered(400, 4, 6, 31 + seed);
+    let extra: Vec<Vec<f32>> = data[396..].to_vec();
+    let mut rng = Rng::new(77 + seed);
     let mut states: Vec<State> = vec![State::new()];
     let mut syncs_per_flush: Vec<(usize, usize)> = Vec::new();
     let mut next = 0;
@@ -186,53 +292,217 @@ fn power_loss() {
         let before = mem.durable_history().len();
         let n = 6 + rng.below(14);
         let mut added = Vec::new();
-        for _ in 0..n {
-            added.push(ix.add(&data[next]).unwrap());
+        for i in 0..n {
+            if i == n / 2 {
+                // Between operations: nothing since the last flush is committed.
+                let acked = &states[states.len() - 1];
+                let m = Moment::of(&mem);
+                crash_point(&m, &[acked], images_per_point, tally, &mut rng, &extra);
+            }
+            match ix.add(&data[next]) {
+                Ok(id) => added.push(id),
+                Err(e) => return tally.violation(format!("workload add failed: {e}")),
+            }
             next += 1;
         }
-        // Every flush deletes a vector added in that same flush, and most delete an older one.
-        ix.delete(added[rng.below(added.len())]).unwrap();
-        let older: Vec<u64> = states.last().unwrap().keys().copied().collect();
+        let victim = if flush % 2 == 0 {
+            added[0]
+        } else {
+            added[rng.below(added.len())]
+        };
+        let older: Vec<u64> = states[states.len() - 1].keys().copied().collect();
+        let mut deletes = vec![victim];
         if flush % 3 != 2 && !older.is_empty() {
-            ix.delete(older[rng.below(older.len())]).unwrap();
+            deletes.push(older[rng.below(older.len())]);
         }
-        ix.flush().unwrap();
-        states.push(state_of(&ix));
+        for id in deletes {
+            if let Err(e) = ix.delete(id) {
+                return tally.violation(format!("workload delete failed: {e}"));
+            }
+        }
+        if let Err(e) = ix.flush() {
+            return tally.violation(format!("workload flush failed: {e}"));
+        }
+        match state_of(&ix) {
+            Ok(s) => states.push(s),
+            Err(e) => return tally.violation(format!("workload state unreadable: {e}")),
+        }
         syncs_per_flush.push((before, mem.durable_history().len()));
+        // Between operations, just after the flush was acknowledged.
+        let m = Moment::of(&mem);
+        let acked = &states[states.len() - 1];
+        crash_point(&m, &[acked], images_per_point, tally, &mut rng, &extra);
+        if tally.done() {
+            return;
+        }
     }
     drop(ix);
     let history = mem.durable_history();
-    let mut tally = Tally {
-        points: 0,
-        images: 0,
-        violations: Vec::new(),
-    };
     for (f, &(from, to)) in syncs_per_flush.iter().enumerate() {
         let accepted = [&states[f], &states[f + 1]];
         for k in from..to {
-            tally.points += 1;
-            let old = if k == 0 {
-                created.clone()
-            } else {
-                history[k - 1].clone()
-            };
-            for _ in 0..images_per_point {
-                let img = crash_image(&old, &history[k], &mut rng);
-                check_image(&img, &accepted, &mut tally, &mut rng, 0, &data[399]);
+            let before = if k == 0 { &created } else { &history[k - 1] };
+            let m = Moment::at_sync(before, &history[k]);
+            crash_point(&m, &accepted, images_per_point, tally, &mut rng, &extra);
+        }
+    }
+}
+
+fn is_io(e: &Error) -> bool {
+    matches!(e, Error::Io(_) | Error::Poisoned)
+}
+
+/// One run of the fault workload with the `n`-th mutating call failing; returns the mutating
+/// calls the workload made.
+fn fault_run(fault: Option<(u64, FaultKind, bool)>, tally: &mut Tally) -> u64 {
+    let mem = MemStorage::new(CAP).expect("capacity");
+    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
+    let ops0 = mem.op_count();
+    if let Some((n, kind, forever)) = fault {
+        mem.inject_fault(n, kind, forever);
+    }
+    let label = format!("{fault:?}");
+    let data = clustered(120, 4, 4, 5);
+    let mut model = State::new();
+    let mut acked = State::new();
+    let mut attempted: Option<State> = None;
+    let mut next = 0;
+    for flush in 0..6 {
+        let mut added = Vec::new();
+        for _ in 0..12 + flush {
+            match ix.add(&data[next]) {
+                Ok(id) => {
+                    model.insert(id, data[next].clone());
+                    added.push(id);
+                }
+                Err(e) if is_io(&e) => {}
+                Err(e) => tally.violation(format!("{label}: add failed untyped: {e}")),
+            }
+            next += 1;
+        }
+        let mut deletes: Vec<u64> = added.first().copied().into_iter().collect();
+        if let Some((&old, _)) = acked.iter().nth(flush) {
+            deletes.push(old);
+        }
+        for id in deletes {
+            match ix.delete(id) {
+                Ok(()) => {
+                    model.remove(&id);
+                }
+                Err(e) => tally.violation(format!("{label}: delete failed: {e}")),
+            }
+        }
+        match ix.flush() {
+            Ok(()) if attempted.is_some() => {
+                tally.violation(format!("{label}: a flush succeeded after a failed flush"));
+            }
+            Ok(()) => {
+                if state_of(&ix).ok().as_ref() != Some(&model) {
+                    tally.violation(format!("{label}: index state differs from the model"));
+                }
+                acked = model.clone();
+            }
+            Err(e) if attempted.is_none() && is_io(&e) => attempted = Some(model.clone()),
+            Err(Error::Poisoned) => {}
+            Err(e) => tally.violation(format!("{label}: flush failed with {e}")),
+        }
+    }
+    let ops = mem.op_count() - ops0;
+    drop(ix);
+    tally.points += 1;
+    tally.fault_runs += 1;
+    for (what, img) in [
+        ("page cache", mem.current_image()),
+        ("durable image", mem.durable_image()),
+    ] {
+        tally.images += 1;
+        let file = MemStorage::from_image(&img, CAP).expect("image fits");
+        let ix = match Index::open_in(Arc::new(file)) {
+            Ok(ix) => ix,
+            Err(e) => {
+                tally.violation(format!("{label}: reopening the {what} failed: {e}"));
+                continue;
+            }
+        };
+        match state_of(&ix) {
+            Ok(s) if s == acked || attempted.as_ref() == Some(&s) => {
+                check_searches(&ix, &s, tally, &label)
+            }
+            Ok(s) => tally.violation(format!(
+                "{label}: the {what} shows {} ids, not the last acknowledged flush ({}) \
+                 or the failed one",
+                s.len(),
+                acked.len()
+            )),
+            Err(e) => tally.violation(format!("{label}: reading the {what} failed: {e}")),
+        }
+    }
+    ops
+}
+
+/// Fault injection at every mutating call of the fault workload, EIO and ENOSPC, once and
+/// forever.
+fn inject_faults(tally: &mut Tally) {
+    let total = fault_run(None, tally);
+    for n in 1..=total {
+        for kind in [FaultKind::Eio, FaultKind::NoSpace] {
+            for forever in [false, true] {
+                if tally.done() {
+                    return;
+                }
+                fault_run(Some((n, kind, forever)), tally);
             }
         }
     }
+}
+
+fn run_all(seeds: usize, images_per_point: usize, tally: &mut Tally) {
+    for seed in 0..seeds as u64 {
+        guarded(tally, "the simulator", |t| simulate(seed, images_per_point, t));
+        if tally.done() {
+            return;
+        }
+    }
+    guarded(tally, "fault injection", inject_faults);
+}
+
+#[test]
+fn power_loss() {
+    let images_per_point = env("CHASSIS_POWER_LOSS_IMAGES", 3);
+    let seeds = env("CHASSIS_POWER_LOSS_SEEDS", 2);
+    let mut tally = Tally::new(false);
+    run_all(seeds, images_per_point, &mut tally);
+
+    let mut missed = Vec::new();
+    for m in Mutant::ALL {
+        mutants::set(Some(m));
+        let mut t = Tally::new(true);
+        run_all(1, images_per_point.min(3), &mut t);
+        mutants::set(None);
+        match t.violations.first() {
+            Some(v) => println!("mutant {m:?} caught: {v}"),
+            None => missed.push(m),
+        }
+    }
+    let y = Mutant::ALL.len();
     println!(
-        "power-loss: {} crash points, {} images, {} violations",
+        "power-loss: {} crash points, {} images, {} violations, {} of {} mutants caught",
         tally.points,
         tally.images,
-        tally.violations.len()
+        tally.violations.len(),
+        y - missed.len(),
+        y
+    );
+    println!(
+        "power-loss detail: {} fault-injection runs, {} seeds, {} images per crash point",
+        tally.fault_runs, seeds, images_per_point
     );
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for v in &tally.violations {
-        *kinds.entry(v.chars().take(40).collect()).or_default() += 1;
+        *kinds.entry(v.chars().take(60).collect()).or_default() += 1;
     }
     assert!(tally.violations.is_empty(), "{kinds:#?}");
+    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
     assert!(
         tally.points >= 200 && tally.images >= 500,
         "too small a run"

@@ -6,10 +6,17 @@
 //! [`MemStorage::from_image`]. The allocation is reserved up front (`capacity`), so mappings
 //! never move; growing past it fails like a full disk.
 //!
+//! A failed sync follows Linux after an fsync error ("fsyncgate"): the pages it was writing are
+//! marked clean without reaching the disk, so a later successful sync does not write them.
+//! [`MemStorage::clean_image`] is the image as of the last sync attempt; a crash image takes
+//! the durable contents wherever the current image equals it.
+//!
+//! Fault injection ([`MemStorage::inject_fault`]) makes the N-th mutating call (write, growth,
+//! allocation or sync) fail with EIO or ENOSPC, once or from then on.
+//!
 //! Several handles ([`MemStorage::reopen`]) share one file, as several `open` calls would; the
 //! writer lock belongs to a handle and is released when that handle is dropped.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,8 +25,13 @@ use super::{Region, Storage};
 use crate::error::{Error, Result};
 
 const ALIGN: usize = 64 * 1024;
+/// The page size of the simulated page cache: what a sync writes or a failed sync drops.
+const PAGE: usize = 4096;
 
 struct MemFile {
+    /// An anonymous mapping: zero pages come from the kernel lazily, so a large capacity
+    /// costs nothing until it is written.
+    _anon: memmap2::MmapMut,
     ptr: *mut u8,
     capacity: usize,
     len: AtomicU64,
@@ -31,6 +43,29 @@ struct MemFile {
     fail_sync_from: AtomicU64,
     /// Durable images after each successful sync, when recording.
     history: Mutex<Option<Vec<Vec<u8>>>>,
+    /// The image as of the last sync attempt, successful or failed.
+    clean: Mutex<Vec<u8>>,
+    /// Mutating calls so far (write_at, grow, allocate, sync).
+    ops: AtomicU64,
+    /// The injected fault, if any.
+    fault: Mutex<Option<Fault>>,
+}
+
+/// What an injected fault returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// EIO: the device failed.
+    Eio,
+    /// ENOSPC: no space left.
+    NoSpace,
+}
+
+/// An injected fault: the mutating call numbered `at` fails, and with `forever` every later one.
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    at: u64,
+    kind: FaultKind,
+    forever: bool,
 }
 
 // SAFETY: the allocation is only reached through Region (copies and atomics) and through
@@ -38,16 +73,6 @@ struct MemFile {
 unsafe impl Send for MemFile {}
 // SAFETY: as above.
 unsafe impl Sync for MemFile {}
-
-impl Drop for MemFile {
-    fn drop(&mut self) {
-        if let Ok(layout) = Layout::from_size_align(self.capacity, ALIGN) {
-            // SAFETY: `ptr` came from `alloc_zeroed` with this same layout, and every Region
-            // holds an Arc to this MemFile, so none outlives the allocation.
-            unsafe { dealloc(self.ptr, layout) };
-        }
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -64,18 +89,11 @@ impl MemStorage {
     /// A new empty file that can grow to `capacity` bytes.
     pub fn new(capacity: usize) -> Result<MemStorage> {
         let capacity = capacity.div_ceil(ALIGN).max(1) * ALIGN;
-        let layout = Layout::from_size_align(capacity, ALIGN)
-            .map_err(|e| Error::Io(io::Error::other(e.to_string())))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(Error::Io(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "MemStorage",
-            )));
-        }
+        let mut anon = memmap2::MmapMut::map_anon(capacity).map_err(Error::Io)?;
+        let ptr = anon.as_mut_ptr();
         Ok(MemStorage {
             file: Arc::new(MemFile {
+                _anon: anon,
                 ptr,
                 capacity,
                 len: AtomicU64::new(0),
@@ -85,6 +103,9 @@ impl MemStorage {
                 syncs: AtomicU64::new(0),
                 fail_sync_from: AtomicU64::new(0),
                 history: Mutex::new(None),
+                clean: Mutex::new(Vec::new()),
+                ops: AtomicU64::new(0),
+                fault: Mutex::new(None),
             }),
             handle: 0,
             writable: true,
@@ -120,6 +141,47 @@ impl MemStorage {
     /// The bytes as of the last `sync` (what survives a power loss with no torn writes).
     pub fn durable_image(&self) -> Vec<u8> {
         lock(&self.file.durable).clone()
+    }
+
+    /// The bytes as of the last sync attempt: where the current image still equals them, a
+    /// crash leaves the durable contents (unchanged pages, or pages a failed sync marked clean).
+    pub fn clean_image(&self) -> Vec<u8> {
+        lock(&self.file.clean).clone()
+    }
+
+    /// Mutating calls (write_at, grow, allocate, sync) made on this file so far.
+    pub fn op_count(&self) -> u64 {
+        self.file.ops.load(Ordering::Relaxed)
+    }
+
+    /// Makes the `n`-th mutating call from now (1 = the next) fail with `kind`; with `forever`
+    /// every call after it fails too. A failing call changes nothing, except that a failing
+    /// sync marks the pending pages clean (see the module doc). Replaces any earlier fault.
+    pub fn inject_fault(&self, n: u64, kind: FaultKind, forever: bool) {
+        *lock(&self.file.fault) = Some(Fault {
+            at: self.op_count() + n.max(1),
+            kind,
+            forever,
+        });
+    }
+
+    /// Removes an injected fault.
+    pub fn clear_fault(&self) {
+        *lock(&self.file.fault) = None;
+    }
+
+    /// Counts one mutating call and returns the injected error, if this call must fail.
+    fn fault_check(&self) -> Result<()> {
+        let n = self.file.ops.fetch_add(1, Ordering::Relaxed) + 1;
+        match *lock(&self.file.fault) {
+            Some(f) if n == f.at || (f.forever && n > f.at) => {
+                Err(Error::Io(io::Error::from_raw_os_error(match f.kind {
+                    FaultKind::Eio => 5,
+                    FaultKind::NoSpace => 28,
+                })))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// How many times `sync` has succeeded on this file.
@@ -167,6 +229,7 @@ impl Storage for MemStorage {
     }
 
     fn grow(&self, len: u64) -> Result<()> {
+        self.fault_check()?;
         if len > self.file.capacity as u64 {
             return Err(full());
         }
@@ -205,8 +268,12 @@ impl Storage for MemStorage {
                 reason: "handle opened read-only",
             });
         }
+        self.fault_check()?;
         let end = offset.checked_add(buf.len() as u64).ok_or_else(full)?;
-        self.grow(end)?;
+        if end > self.file.capacity as u64 {
+            return Err(full());
+        }
+        self.file.len.fetch_max(end, Ordering::AcqRel);
         // SAFETY: end <= capacity (checked by grow); `buf` is the caller's own memory.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -230,7 +297,7 @@ impl Storage for MemStorage {
             ));
         }
         let keep: Arc<dyn std::any::Any + Send + Sync> = self.file.clone();
-        // SAFETY: offset + len <= capacity, the allocation is 64 KiB-aligned and never moves
+        // SAFETY: offset + len <= capacity, the mapping is page-aligned and never moves
         // or shrinks while `keep` holds the MemFile.
         Ok(unsafe {
             Region::new(
@@ -243,6 +310,7 @@ impl Storage for MemStorage {
     }
 
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
+        self.fault_check()?;
         let end = offset.checked_add(len).ok_or_else(full)?;
         if end > self.file.capacity as u64 {
             return Err(full());
@@ -251,15 +319,30 @@ impl Storage for MemStorage {
     }
 
     fn sync(&self) -> Result<()> {
-        let fail_from = self.file.fail_sync_from.load(Ordering::Relaxed);
-        if fail_from != 0 && self.sync_count() + 1 >= fail_from {
-            return Err(Error::Io(io::Error::from_raw_os_error(5)));
-        }
         let image = self.current_image();
-        if let Some(h) = lock(&self.file.history).as_mut() {
-            h.push(image.clone());
+        let fail_from = self.file.fail_sync_from.load(Ordering::Relaxed);
+        let failed = if fail_from != 0 && self.sync_count() + 1 >= fail_from {
+            Err(Error::Io(io::Error::from_raw_os_error(5)))
+        } else {
+            self.fault_check()
+        };
+        // Failed or not, the pages this sync was writing are clean from now on.
+        let clean = std::mem::replace(&mut *lock(&self.file.clean), image.clone());
+        failed?;
+        // Only pages written since the last attempt reach the disk: pages a failed sync marked
+        // clean stay as the durable image had them.
+        let mut durable = lock(&self.file.durable);
+        durable.resize(image.len(), 0);
+        for (p, page) in image.chunks(PAGE).enumerate() {
+            let at = p * PAGE;
+            let was = clean.get(at..(at + page.len()).min(clean.len()));
+            if was != Some(page) {
+                durable[at..at + page.len()].copy_from_slice(page);
+            }
         }
-        *lock(&self.file.durable) = image;
+        if let Some(h) = lock(&self.file.history).as_mut() {
+            h.push(durable.clone());
+        }
         self.file.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

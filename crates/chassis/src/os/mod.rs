@@ -16,7 +16,7 @@ mod mem;
 mod region;
 
 pub use file::FileStorage;
-pub use mem::MemStorage;
+pub use mem::{FaultKind, MemStorage};
 pub use region::Region;
 
 use crate::error::Result;

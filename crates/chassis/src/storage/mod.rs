@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
 use crate::format::{self, align_region, live, record, table, DATA_START};
+use crate::mutants::{self, Mutant};
 use crate::os::{Region, Storage};
 
 /// A mapped segment.
@@ -246,7 +247,10 @@ impl Store {
             header_copy,
         };
         store.map_committed(len)?;
-        if writable && store.header.pending_delete_epoch != 0 {
+        if writable
+            && store.header.pending_delete_epoch != 0
+            && !mutants::active(Mutant::RecoveryDisabled)
+        {
             store.recover()?;
         }
         Ok(store)
@@ -260,7 +264,8 @@ impl Store {
         let epoch = self.header.delete_epoch;
         let n = self.header.committed_count as u32;
         let mut reset = 0;
-        for slot in 0..n {
+        let keep_marks = mutants::active(Mutant::RecoveryKeepsMarks);
+        for slot in (0..n).filter(|_| !keep_marks) {
             match self.deleted_epoch(slot) {
                 Some(e) if e > epoch => {
                     self.set_deleted_epoch(slot, 0)?;
@@ -274,7 +279,7 @@ impl Store {
         let mut next = self.header.clone();
         next.pending_delete_epoch = 0;
         next.sequence = self.header.sequence + 1;
-        let copy = 1 - self.header_copy;
+        let copy = self.other_copy();
         self.write_header_copy(copy, &next)?;
         self.sync_or_poison()?;
         self.header = next;
@@ -311,7 +316,11 @@ impl Store {
 
     fn sync_or_poison(&mut self) -> Result<()> {
         // Never retry an fsync: after a failure the kernel may have marked the pages clean.
-        self.storage.sync().inspect_err(|_| self.poisoned = true)
+        let result = self.storage.sync();
+        if result.is_err() && mutants::active(Mutant::RetryFailedSync) {
+            return self.storage.sync();
+        }
+        result.inspect_err(|_| self.poisoned = true)
     }
 
     fn map_committed(&mut self, len: u64) -> Result<()> {
@@ -666,10 +675,13 @@ impl Store {
             .slot_place(slot)
             .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
         let r = &seg.region;
-        r.write(
-            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES,
-            &record::encode_slot_header(id, 0, 0),
-        )?;
+        let header_at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
+        if mutants::active(Mutant::AddKeepsDeletedEpoch) {
+            r.write(header_at + record::SLOT_ID_AT, &id.to_le_bytes())?;
+            r.write(header_at + record::SLOT_METADATA_REF_AT, &0u64.to_le_bytes())?;
+        } else {
+            r.write(header_at, &record::encode_slot_header(id, 0, 0))?;
+        }
         let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
         r.write(
             seg.layout.vectors_at + off * 4 * u64::from(self.dims),
@@ -767,10 +779,14 @@ impl Store {
     fn commit_plain(&mut self, mut next: Header) -> Result<()> {
         next.sequence = self.header.sequence + 1;
         next.validate(0)?;
-        self.sync_or_poison()?;
-        let copy = 1 - self.header_copy;
+        if !mutants::active(Mutant::NoSyncBeforeCommitHeader) {
+            self.sync_or_poison()?;
+        }
+        let copy = self.other_copy();
         self.write_header_copy(copy, &next)?;
-        self.sync_or_poison()?;
+        if !mutants::active(Mutant::AckBeforeLastSync) {
+            self.sync_or_poison()?;
+        }
         self.header = next;
         self.header_copy = copy;
         Ok(())
@@ -788,20 +804,42 @@ impl Store {
         next.validate(0)?;
         intent.validate(0)?;
         // (1) data + intent header, fsync.
-        let intent_copy = 1 - self.header_copy;
-        self.write_header_copy(intent_copy, &intent)?;
-        self.sync_or_poison()?;
+        let intent_copy = self.other_copy();
+        if !mutants::active(Mutant::NoIntentHeader) {
+            self.write_header_copy(intent_copy, &intent)?;
+        }
+        if !mutants::active(Mutant::NoSyncBetweenIntentAndMarks) {
+            self.sync_or_poison()?;
+        }
         // (2) the marks, fsync.
         for &slot in deletes {
             self.set_deleted_epoch(slot, epoch)?;
         }
-        self.sync_or_poison()?;
+        if !mutants::active(Mutant::NoSyncBeforeCommitHeader) {
+            self.sync_or_poison()?;
+        }
         // (3) the commit header into the copy that held the previous commit, fsync.
-        let commit_copy = self.header_copy;
+        let commit_copy = if mutants::active(Mutant::HeaderCopiesDontAlternate) {
+            intent_copy
+        } else {
+            self.header_copy
+        };
         self.write_header_copy(commit_copy, &next)?;
-        self.sync_or_poison()?;
+        if !mutants::active(Mutant::AckBeforeLastSync) {
+            self.sync_or_poison()?;
+        }
         self.header = next;
+        self.header_copy = commit_copy;
         Ok(())
+    }
+
+    /// The copy a commit writes: the one not holding the newest header.
+    fn other_copy(&self) -> usize {
+        if mutants::active(Mutant::HeaderCopiesDontAlternate) {
+            self.header_copy
+        } else {
+            1 - self.header_copy
+        }
     }
 
     /// Writes a header copy as aligned u64 words, release-ordered after everything before it.
