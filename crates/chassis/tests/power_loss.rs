@@ -93,7 +93,9 @@ impl Moment {
         let mut img = self.current.clone();
         for (s, chunk) in img.chunks_mut(SECTOR).enumerate() {
             let at = s * SECTOR;
-            let durable: Vec<u8> = (0..chunk.len()).map(|i| byte(&self.durable, at + i)).collect();
+            let durable: Vec<u8> = (0..chunk.len())
+                .map(|i| byte(&self.durable, at + i))
+                .collect();
             let written = (0..chunk.len()).any(|i| chunk[i] != byte(&self.clean, at + i));
             if !written {
                 chunk.copy_from_slice(&durable);
@@ -458,7 +460,9 @@ fn inject_faults(tally: &mut Tally) {
 
 fn run_all(seeds: usize, images_per_point: usize, tally: &mut Tally) {
     for seed in 0..seeds as u64 {
-        guarded(tally, "the simulator", |t| simulate(seed, images_per_point, t));
+        guarded(tally, "the simulator", |t| {
+            simulate(seed, images_per_point, t)
+        });
         if tally.done() {
             return;
         }

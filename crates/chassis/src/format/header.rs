@@ -11,8 +11,8 @@
 
 use super::geometry::Geometry;
 use super::{put_u32, put_u64, u32_at, u64_at, MAGIC, READ_VERSION, REGION_ALIGN};
-use crate::mutants::{self, Mutant};
 use crate::error::{Error, Result};
+use crate::mutants::{self, Mutant};
 
 /// Bytes of the fixed part, up to and including the checksum.
 pub const FIXED_BYTES: usize = 240;

@@ -678,7 +678,10 @@ impl Store {
         let header_at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
         if mutants::active(Mutant::AddKeepsDeletedEpoch) {
             r.write(header_at + record::SLOT_ID_AT, &id.to_le_bytes())?;
-            r.write(header_at + record::SLOT_METADATA_REF_AT, &0u64.to_le_bytes())?;
+            r.write(
+                header_at + record::SLOT_METADATA_REF_AT,
+                &0u64.to_le_bytes(),
+            )?;
         } else {
             r.write(header_at, &record::encode_slot_header(id, 0, 0))?;
         }
