@@ -140,7 +140,7 @@ fn metric_code(m: Metric) -> u32 {
     }
 }
 
-fn metric_from_code(c: u32) -> Result<Metric> {
+pub(crate) fn metric_from_code(c: u32) -> Result<Metric> {
     match c {
         header::METRIC_L2_SQUARED => Ok(Metric::L2Squared),
         header::METRIC_COSINE => Ok(Metric::Cosine),
@@ -219,15 +219,43 @@ pub struct OpenReport {
     pub recovered: bool,
     /// Delete marks recovery reset to 0 (marks of the delete flush that never committed).
     pub marks_reset: u64,
-    /// Committed live vectors that no path from the entry point reaches, counted when recovery
+    /// Committed live vectors that no path from the entry point reached, counted when recovery
     /// ran or the live page shows that an earlier writer inserted without flushing (its
-    /// pruning may have dropped committed edges; ADR-0005 amendment). They are stored and
-    /// returned by `get`, and a search can still reach them by brute force when the graph
-    /// comes up short; a compaction reconnects them. `None` when not checked.
+    /// pruning may have dropped committed edges; ADR-0005 amendment). The writer reconnects
+    /// each one at open, as an insert would link it; the new edges are committed by the next
+    /// flush (until then a reader may still miss them). `None` when not checked.
     pub unreachable: Option<u64>,
+    /// Live vectors still unreachable after reconnecting (normally 0). `None` when not checked.
+    pub still_unreachable: Option<u64>,
 }
 
 type IdMap = HashMap<u64, u32>;
+
+/// Checks a vector or query against the index (dimensions, finite components) and returns
+/// what is stored or searched: the unit vector under cosine, the vector itself otherwise.
+pub(crate) fn prepare_vector(metric: Metric, dims: usize, v: &[f32]) -> Result<Vec<f32>> {
+    if v.len() != dims {
+        return Err(Error::DimensionMismatch {
+            expected: dims,
+            got: v.len(),
+        });
+    }
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::InvalidVector {
+            reason: format!("component {i} is {} (must be finite)", v[i]),
+        });
+    }
+    if metric == Metric::Cosine {
+        let norm = graph::distance::reference::dot(v, v).sqrt();
+        if !(norm > 0.0 && norm.is_finite()) {
+            return Err(Error::InvalidVector {
+                reason: "a zero vector has no direction under the cosine metric".into(),
+            });
+        }
+        return Ok(v.iter().map(|x| x / norm).collect());
+    }
+    Ok(v.to_vec())
+}
 
 /// An HNSW index over one Chassis file, opened as its single writer (or read-only).
 pub struct Index {
@@ -303,16 +331,23 @@ impl Index {
 
     /// Opens an existing index file as its writer, holding an exclusive lock for the life of
     /// the `Index`. A second writer gets [`Error::Locked`] at once. A file whose write version
-    /// is newer than this release opens read-only, as SQLite does.
+    /// is newer than this release opens read-only, as SQLite does, and without the lock (the
+    /// newer release's writer must still be able to open it).
     pub fn open(path: impl AsRef<Path>) -> Result<Index> {
         let path = path.as_ref();
         let storage = FileStorage::open(path, true)?;
         storage.try_lock_exclusive()?;
+        let (current, _) = crate::storage::read_current_header(&storage)?;
+        if current.write_version > format::WRITE_VERSION {
+            drop(storage);
+            return Index::open_read_only(path);
+        }
         Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
     }
 
-    /// Opens an existing index file read-only, without a lock: searches see the state committed
-    /// when it was opened. (Snapshots that follow a concurrent writer arrive with `IndexReader`.)
+    /// Opens an existing index file read-only, without a lock and without recovery: searches
+    /// see the state committed when it was opened. To follow a writer that keeps working, with
+    /// a fresh snapshot per search, use [`crate::IndexReader`].
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Index> {
         let path = path.as_ref();
         let storage = FileStorage::open(path, false)?;
@@ -407,13 +442,25 @@ impl Index {
                 .store
                 .live_routing_count()
                 .is_some_and(|r| r > u64::from(count));
+            // R is not durable: the writer resets it to N before any ghost slot is reused.
+            index.store.publish_routing_count(u64::from(count))?;
+            index.store.publish_regions()?;
+            let checked = recovery.is_some() || unflushed;
+            let unreachable = if checked {
+                Some(index.reconnect_unreachable()?)
+            } else {
+                None
+            };
             index.report = OpenReport {
                 recovered: recovery.is_some(),
                 marks_reset: recovery.unwrap_or(0),
-                unreachable: (recovery.is_some() || unflushed).then(|| index.unreachable_count()),
+                unreachable,
+                still_unreachable: if checked {
+                    Some(index.unreachable_count())
+                } else {
+                    None
+                },
             };
-            // R is not durable: the writer resets it to N before any ghost slot is reused.
-            index.store.publish_routing_count(u64::from(count))?;
         }
         Ok(index)
     }
@@ -425,7 +472,13 @@ impl Index {
 
     /// Live vectors that no path from the entry point reaches, over every layer's edges.
     pub fn unreachable_count(&self) -> u64 {
-        let Some((ep, _)) = self.entry else { return 0 };
+        self.unreachable_slots().len() as u64
+    }
+
+    fn unreachable_slots(&self) -> Vec<u32> {
+        let Some((ep, _)) = self.entry else {
+            return Vec::new();
+        };
         let mut seen = vec![false; self.count as usize];
         let mut stack = vec![ep];
         seen[ep as usize] = true;
@@ -451,7 +504,29 @@ impl Index {
         }
         (0..self.count)
             .filter(|&s| !seen[s as usize] && self.slot_live(s))
-            .count() as u64
+            .collect()
+    }
+
+    /// Links every unreachable live vector back into the graph (see [`OpenReport`]); returns
+    /// how many were reconnected. The new edges reach the file with the next flush.
+    fn reconnect_unreachable(&mut self) -> Result<u64> {
+        let Some(entry) = self.entry else {
+            return Ok(0);
+        };
+        let lost = self.unreachable_slots();
+        let mut scratch = self.take_scratch();
+        let view = View {
+            store: &self.store,
+            count: self.count,
+        };
+        for &slot in &lost {
+            graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
+        }
+        self.put_scratch(scratch);
+        if !lost.is_empty() {
+            self.dirty = true;
+        }
+        Ok(lost.len() as u64)
     }
 
     fn writable(&self) -> Result<()> {
@@ -498,27 +573,7 @@ impl Index {
     }
 
     fn check_vector(&self, v: &[f32]) -> Result<Vec<f32>> {
-        if v.len() != self.dims() {
-            return Err(Error::DimensionMismatch {
-                expected: self.dims(),
-                got: v.len(),
-            });
-        }
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::InvalidVector {
-                reason: format!("component {i} is {} (must be finite)", v[i]),
-            });
-        }
-        if self.metric() == Metric::Cosine {
-            let norm = graph::distance::reference::dot(v, v).sqrt();
-            if !(norm > 0.0 && norm.is_finite()) {
-                return Err(Error::InvalidVector {
-                    reason: "a zero vector has no direction under the cosine metric".into(),
-                });
-            }
-            return Ok(v.iter().map(|x| x / norm).collect());
-        }
-        Ok(v.to_vec())
+        prepare_vector(self.metric(), self.dims(), v)
     }
 
     /// Whether `slot` is live in this index's view.
@@ -871,5 +926,51 @@ impl Index {
                 .filter(|&n| n != record::EMPTY)
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::atomic::Ordering;
+
+    /// Decision 5: R is published only after the new node and its backlinks are written, so a
+    /// reader that routes to slot R − 1 finds it linked.
+    #[test]
+    fn routing_is_published_only_after_the_node_and_its_backlinks() {
+        let checked = Rc::new(Cell::new(0u32));
+        let seen = Rc::clone(&checked);
+        crate::storage::PUBLISH_HOOK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |store: &Store, r: u64| {
+                if r < 2 {
+                    return;
+                }
+                let new = (r - 1) as u32;
+                let own = store.level0(new).expect("new slot mapped");
+                let linked_out = own.iter().any(|w| w.load(Ordering::Relaxed) < new);
+                let linked_in = (0..new).any(|s| {
+                    store
+                        .level0(s)
+                        .is_some_and(|ws| ws.iter().any(|w| w.load(Ordering::Relaxed) == new))
+                });
+                assert!(
+                    linked_out && linked_in,
+                    "R = {r} published before slot {new} was linked"
+                );
+                seen.set(seen.get() + 1);
+            }));
+        });
+        let opts = Options::new(4, Metric::L2Squared)
+            .m(8)
+            .geometry(Geometry::small_for_tests(8, 16));
+        let mut ix = Index::in_memory(opts, 16 << 20).unwrap();
+        for i in 0..200u32 {
+            let x = i as f32;
+            ix.add(&[x.sin(), x.cos(), (x * 0.3).sin(), 1.0]).unwrap();
+        }
+        crate::storage::PUBLISH_HOOK.with(|h| *h.borrow_mut() = None);
+        assert_eq!(checked.get(), 199);
     }
 }

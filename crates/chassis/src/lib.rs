@@ -34,6 +34,7 @@ pub mod mutants;
 #[cfg(not(feature = "mutants"))]
 mod mutants;
 pub mod os;
+mod reader;
 pub mod storage;
 
 pub use error::{Error, Result};
@@ -43,3 +44,4 @@ pub use index::{
     Index, Info, Neighbor, OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH,
     DEFAULT_M, DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };
+pub use reader::{IndexReader, ReaderStats, Snapshot, HEADER_REREADS};

@@ -11,7 +11,7 @@
 //! **What every image must satisfy.** (a) Opened with recovery it shows the last acknowledged
 //! flush or, at an fsync of a flush, the one in progress; never older and never a mix, checked
 //! id by id and vector by vector. (b) Opened read-only without recovery it shows one of the
-//! same states. (c) After one more add-and-delete flush and a clean reopen it shows exactly
+//! same states, and so does the lock-free `IndexReader`. (c) After one more add-and-delete flush and a clean reopen it shows exactly
 //! that state plus the flush. Every stored vector is found as its own nearest neighbor, and
 //! every id a search returns is live.
 //!
@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use chassis::mutants::{self, Mutant};
 use chassis::os::{FaultKind, MemStorage};
-use chassis::{Error, Index, Metric, Options};
+use chassis::{Error, Index, IndexReader, Metric, Options};
 use common::{clustered, Rng};
 
 const CAP: usize = 64 << 20;
@@ -199,6 +199,22 @@ fn check_image(
             s.len()
         )),
         Err(e) => tally.violation(format!("read-only open failed: {e}")),
+    }
+    // (b) also through the lock-free reader of another process.
+    let state = IndexReader::open_in(Arc::new(ro.reopen(false))).and_then(|r| {
+        let snap = r.snapshot()?;
+        r.ids_in(&snap)?
+            .into_iter()
+            .map(|id| Ok((id, r.get(id)?)))
+            .collect::<Result<State, Error>>()
+    });
+    match state {
+        Ok(s) if which(&s).is_some() => {}
+        Ok(s) => tally.violation(format!(
+            "a reader shows an unaccepted state ({} ids)",
+            s.len()
+        )),
+        Err(e) => tally.violation(format!("a reader failed: {e}")),
     }
     // (a) with recovery, recording recovery's own fsyncs to crash inside it.
     let file = MemStorage::from_image(img, CAP).expect("image fits");
@@ -460,9 +476,13 @@ fn inject_faults(tally: &mut Tally) {
 
 fn run_all(seeds: usize, images_per_point: usize, tally: &mut Tally) {
     for seed in 0..seeds as u64 {
+        let before = tally.violations.len();
         guarded(tally, "the simulator", |t| {
             simulate(seed, images_per_point, t)
         });
+        for v in &mut tally.violations[before..] {
+            *v = format!("seed {seed}: {v}");
+        }
         if tally.done() {
             return;
         }

@@ -419,10 +419,15 @@ pub enum CopyState {
 /// [`Error::NotChassisFile`] when neither copy has the magic.
 /// Returns the header and which copy (0 = A, 1 = B) holds it.
 pub fn choose(a: &[u8], b: &[u8]) -> Result<(Header, usize)> {
-    let states = [
+    choose_decoded(
         Header::decode(a, super::HEADER_A_OFFSET),
         Header::decode(b, super::HEADER_B_OFFSET),
-    ];
+    )
+}
+
+/// [`choose`] over copies already decoded (copy A, copy B).
+pub fn choose_decoded(a: Result<Header>, b: Result<Header>) -> Result<(Header, usize)> {
+    let states = [a, b];
     for s in &states {
         if let Err(Error::TooNew { read_version }) = s {
             return Err(Error::TooNew {

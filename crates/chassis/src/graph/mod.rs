@@ -434,6 +434,44 @@ pub fn insert<S: GraphStore>(
     level > max_layer
 }
 
+/// Reconnects an existing node that no path from the entry point reaches (edges toward it
+/// were pruned by a writer whose inserts never committed): finds its nearest reachable nodes
+/// on layer 0 as an insert would, and links it to them in both directions.
+pub fn reconnect<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    params: &Params,
+    slot: u32,
+    entry: (u32, usize),
+    scratch: &mut Scratch,
+) {
+    let (ep, max_layer) = entry;
+    let (Some(q), Some(ev)) = (store.vector(slot), store.vector(ep)) else {
+        return;
+    };
+    scratch.distance_count += 1;
+    let start = Scored {
+        distance: dist.eval(q, ev),
+        slot: ep,
+    };
+    let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
+    let found = search_layer(
+        store,
+        dist,
+        q,
+        cur,
+        params.ef_construction,
+        0,
+        |s| s != slot,
+        scratch,
+    );
+    let selected = select_neighbors(store, dist, &found, params.m, scratch);
+    for s in &selected {
+        link(store, dist, params, s.slot, slot, s.distance, 0, scratch);
+        link(store, dist, params, slot, s.slot, s.distance, 0, scratch);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

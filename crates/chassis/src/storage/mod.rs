@@ -25,6 +25,17 @@ use crate::format::{self, align_region, live, record, table, DATA_START};
 use crate::mutants::{self, Mutant};
 use crate::os::{Region, Storage};
 
+/// A test observer of publishing R.
+#[cfg(test)]
+pub(crate) type PublishHook = Box<dyn Fn(&Store, u64)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Called with the store and R just before R is published (unit tests of the ordering).
+    pub(crate) static PUBLISH_HOOK: std::cell::RefCell<Option<PublishHook>> =
+        std::cell::RefCell::new(None);
+}
+
 /// A mapped segment.
 #[derive(Debug)]
 struct Segment {
@@ -718,15 +729,30 @@ impl Store {
         if !self.writable {
             return Ok(());
         }
-        self.meta.write(format::LIVE_PAGE_OFFSET, &live::MAGIC)?;
+        #[cfg(test)]
+        PUBLISH_HOOK.with(|h| {
+            if let Some(hook) = h.borrow().as_ref() {
+                hook(self, r)
+            }
+        });
+        let magic = u64::from_le_bytes(live::MAGIC);
+        let head = self.meta.u64_at(format::LIVE_PAGE_OFFSET)?;
+        if head.load(Ordering::Relaxed) != magic {
+            head.store(magic, Ordering::Release);
+        }
         self.meta
             .u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)?
             .store(r, Ordering::Release);
         Ok(())
     }
 
-    /// Mirrors the writer's region counts and table page offsets in the live page.
-    fn publish_regions(&self) -> Result<()> {
+    /// Mirrors the writer's region counts and table page offsets in the live page (a new
+    /// writer calls it at open, after resetting R, so readers stop trusting the counts a
+    /// previous writer left).
+    pub fn publish_regions(&self) -> Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
         let base = format::LIVE_PAGE_OFFSET;
         let pages = (self.table_pages.len() as u64).min(live::MAX_TABLE_PAGES);
         for (i, p) in self.table_pages.iter().take(pages as usize).enumerate() {

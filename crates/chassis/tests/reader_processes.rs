@@ -1,0 +1,201 @@
+//! One writer process and two reader processes on one file (ADR-0008 decision 5).
+//!
+//! The test spawns its own binary three times with `CHASSIS_CHILD_ROLE` set. The writer makes
+//! 20 flushes of adds and deletes and, after each, logs the live ids of the committed state
+//! and waits until every reader has taken a snapshot at least that new. Readers search
+//! continuously; afterwards each checks that every id it got was live in the snapshot it used,
+//! with its own vector's distance, and that it saw every committed state.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chassis::{Index, IndexReader, Metric, Options};
+use common::{clustered, Rng};
+
+const READERS: usize = 2;
+const FLUSHES: usize = 20;
+
+fn data() -> Vec<Vec<f32>> {
+    clustered(1200, 8, 10, 21)
+}
+
+fn l2(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+fn read_u64(path: &Path) -> u64 {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn log_state(dir: &Path, n: u64, e: u64, ids: &BTreeSet<u64>) {
+    use std::io::Write;
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .unwrap();
+    writeln!(f, "{n} {e} {}", ids.join(",")).unwrap();
+}
+
+fn writer(dir: &Path) {
+    let data = data();
+    let mut ix = Index::open(dir.join("ix.chassis")).unwrap();
+    let mut live: BTreeSet<u64> = (0..200).collect();
+    let mut rng = Rng::new(3);
+    let mut next = 200usize;
+    for _ in 0..FLUSHES {
+        for _ in 0..40 {
+            let id = ix.add(&data[next]).unwrap();
+            live.insert(id);
+            next += 1;
+        }
+        for _ in 0..3 {
+            let ids: Vec<u64> = live.iter().copied().collect();
+            let victim = ids[rng.below(ids.len())];
+            ix.delete(victim).unwrap();
+            live.remove(&victim);
+        }
+        ix.flush().unwrap();
+        let info = ix.info().unwrap();
+        log_state(dir, info.committed_count, info.delete_epoch, &live);
+        let t = Instant::now();
+        while (0..READERS).any(|r| read_u64(&dir.join(format!("seen-{r}"))) < info.sequence) {
+            assert!(t.elapsed() < Duration::from_secs(60), "readers stalled");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    write_atomic(&dir.join("done"), &ix.info().unwrap().sequence.to_string());
+}
+
+fn reader(dir: &Path, me: usize) {
+    let data = data();
+    let r = IndexReader::open(dir.join("ix.chassis")).unwrap();
+    let mut rng = Rng::new(50 + me as u64);
+    let mut got: HashMap<(u64, u64), BTreeSet<u64>> = HashMap::new();
+    let mut wrong = 0u64;
+    let mut searches = 0u64;
+    let mut seen = 0;
+    loop {
+        let snap = r.snapshot().unwrap();
+        assert!(snap.sequence() >= seen, "a snapshot went back");
+        for _ in 0..20 {
+            let q: Vec<f32> = data[rng.below(data.len())]
+                .iter()
+                .map(|x| x + 0.1 * rng.normal())
+                .collect();
+            let hits = r.search_in(&snap, &q, 10, 32).unwrap();
+            searches += 1;
+            wrong += (hits.len() as u64 != snap.len().min(10)) as u64;
+            let set = got
+                .entry((snap.committed_count(), snap.delete_epoch()))
+                .or_default();
+            for h in hits {
+                if (l2(&q, &data[h.id as usize]) - h.distance).abs() > 1e-3 {
+                    wrong += 1;
+                }
+                set.insert(h.id);
+            }
+        }
+        if snap.sequence() > seen {
+            seen = snap.sequence();
+            write_atomic(&dir.join(format!("seen-{me}")), &seen.to_string());
+        }
+        let done = read_u64(&dir.join("done"));
+        if done != 0 && seen >= done {
+            break;
+        }
+    }
+    let log = fs::read_to_string(dir.join("log")).unwrap();
+    let mut states = 0;
+    for line in log.lines() {
+        let mut parts = line.splitn(3, ' ');
+        let n: u64 = parts.next().unwrap().parse().unwrap();
+        let e: u64 = parts.next().unwrap().parse().unwrap();
+        let live: BTreeSet<u64> = parts
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let Some(ids) = got.remove(&(n, e)) else {
+            panic!("reader {me} never saw the state N = {n}, E = {e}");
+        };
+        states += 1;
+        wrong += ids.difference(&live).count() as u64;
+    }
+    assert!(
+        got.is_empty(),
+        "snapshots of states never committed: {:?}",
+        got.keys()
+    );
+    write_atomic(
+        &dir.join(format!("result-{me}")),
+        &format!("{searches} {wrong} {states}"),
+    );
+}
+
+#[test]
+fn a_writer_process_and_two_reader_processes() {
+    if let Ok(role) = std::env::var("CHASSIS_CHILD_ROLE") {
+        let dir = std::env::var("CHASSIS_CHILD_DIR").unwrap();
+        match role.as_str() {
+            "writer" => writer(Path::new(&dir)),
+            r => reader(Path::new(&dir), r.parse().unwrap()),
+        }
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let data = data();
+    let mut ix = Index::create(dir.join("ix.chassis"), Options::new(8, Metric::L2Squared)).unwrap();
+    for v in &data[..200] {
+        ix.add(v).unwrap();
+    }
+    ix.flush().unwrap();
+    log_state(dir, 200, 0, &(0..200).collect());
+    drop(ix);
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |role: String| {
+        Command::new(&exe)
+            .args([
+                "a_writer_process_and_two_reader_processes",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("CHASSIS_CHILD_ROLE", role)
+            .env("CHASSIS_CHILD_DIR", dir)
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<_> = (0..READERS).map(|r| spawn(r.to_string())).collect();
+    children.push(spawn("writer".into()));
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "a child process failed");
+    }
+    for r in 0..READERS {
+        let text = fs::read_to_string(dir.join(format!("result-{r}"))).unwrap();
+        let v: Vec<u64> = text.split(' ').map(|s| s.parse().unwrap()).collect();
+        println!(
+            "reader {r}: {} searches, {} wrong, {} states seen",
+            v[0], v[1], v[2]
+        );
+        assert_eq!(v[1], 0, "reader {r} got wrong results");
+        assert_eq!(v[2], FLUSHES as u64 + 1, "reader {r} missed a flush");
+    }
+}
