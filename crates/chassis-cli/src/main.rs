@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use chassis::{Index, Metric, Options};
+use chassis::{Index, IndexReader, Metric, Options};
 
 #[derive(Parser)]
 #[command(name = "chassis", version, about = "Embedded vector search in one crash-safe file", long_about = None)]
@@ -61,8 +61,13 @@ enum Command {
         after_help = "Example:\n  chassis search docs.chassis --query-file queries.fvecs -k 10 --json"
     )]
     Search {
-        /// Index file (opened read-only; no lock needed).
+        /// Index file. Search always goes through the lock-free reader: it works while a
+        /// writer holds the file and sees what is committed when each query runs.
         path: PathBuf,
+        /// Read without the writer lock (always the case for search; accepted for scripts
+        /// that say so explicitly).
+        #[arg(long)]
+        read_only: bool,
         /// Queries: .fvecs or .npy.
         #[arg(long)]
         query_file: PathBuf,
@@ -79,8 +84,13 @@ enum Command {
     /// Describe an index file.
     #[command(after_help = "Example:\n  chassis info docs.chassis --json")]
     Info {
-        /// Index file (opened read-only).
+        /// Index file. Info never takes the writer lock: it works while a writer holds the
+        /// file and describes what is committed, plus the writer's routing count.
         path: PathBuf,
+        /// Read without the writer lock (always the case for info; accepted for scripts that
+        /// say so explicitly).
+        #[arg(long)]
+        read_only: bool,
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -187,8 +197,9 @@ fn run(cli: Cli) -> Result<()> {
             k,
             ef,
             json,
+            read_only: _,
         } => {
-            let index = Index::open_read_only(&path)
+            let index = IndexReader::open(&path)
                 .with_context(|| format!("cannot open {}", path.display()))?;
             let q = data::read_vectors_for(&query_file, index.dims())?;
             for i in 0..q.rows {
@@ -208,10 +219,15 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Info { path, json } => {
+        Command::Info {
+            path,
+            json,
+            read_only: _,
+        } => {
             let index = Index::open_read_only(&path)
                 .with_context(|| format!("cannot open {}", path.display()))?;
             let i = index.info()?;
+            let routing_count = IndexReader::open(&path)?.snapshot()?.routing_count();
             let allocated = {
                 use std::os::unix::fs::MetadataExt;
                 std::fs::metadata(&path)?.blocks() * 512
@@ -233,6 +249,7 @@ fn run(cli: Cli) -> Result<()> {
                         "segments": i.segments, "upper_heap_chunks": i.upper_heap_chunks,
                         "table_pages": i.table_pages, "custom_ids": i.custom_ids,
                         "file_bytes": i.file_bytes, "allocated_bytes": allocated,
+                        "routing_count": routing_count,
                     })
                 );
             } else {
@@ -258,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
                     "delete epoch:  {} (pending {})",
                     i.delete_epoch, i.pending_delete_epoch
                 );
+                println!("routing count: {routing_count} (slots a writer has published)");
                 println!(
                     "geometry:      K={} C={} slots; {} segments, {} heap chunks, {} table pages",
                     g.segment_doublings,

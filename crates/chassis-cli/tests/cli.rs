@@ -244,3 +244,63 @@ fn every_command_has_help_with_an_example() {
         assert!(out.contains("Example:"), "{cmd} --help lacks an example");
     }
 }
+
+#[test]
+fn search_and_info_read_only_while_a_writer_holds_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.chassis");
+    let p = path.to_str().unwrap();
+    let rows = data(60, 8);
+    let mut w = chassis::Index::create(&path, chassis::Options::new(8, chassis::Metric::L2Squared))
+        .unwrap();
+    for v in &rows[..50] {
+        w.add(v).unwrap();
+    }
+    w.flush().unwrap();
+    for v in &rows[50..] {
+        w.add(v).unwrap(); // unflushed: routed through, never returned
+    }
+    let q = dir.path().join("q.fvecs");
+    write_fvecs(&q, &rows[48..52]);
+    let qs = q.to_str().unwrap();
+    let out = ok(&[
+        "search",
+        "--read-only",
+        p,
+        "--query-file",
+        qs,
+        "-k",
+        "1",
+        "--json",
+    ]);
+    let ids: Vec<u64> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["ids"][0]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids[..2], [48, 49]);
+    assert!(
+        ids[2] < 50 && ids[3] < 50,
+        "unflushed ids never returned: {ids:?}"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&["info", "--read-only", p, "--json"])).unwrap();
+    assert_eq!(info["count"], 50);
+    assert_eq!(info["routing_count"], 60);
+    w.flush().unwrap();
+    let out = ok(&[
+        "search",
+        "--read-only",
+        p,
+        "--query-file",
+        qs,
+        "-k",
+        "1",
+        "--json",
+    ]);
+    assert!(out.lines().nth(3).unwrap().contains("[51]"), "{out}");
+    assert!(w.len() == 60);
+}
