@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -168,6 +168,7 @@ pub struct IndexReader {
     scratch: Mutex<Vec<Scratch>>,
     ids: Mutex<Option<(u64, HashMap<u64, u32>)>>,
     counters: Counters,
+    routing: AtomicBool,
 }
 
 impl std::fmt::Debug for IndexReader {
@@ -184,9 +185,24 @@ impl std::fmt::Debug for IndexReader {
 struct View<'a> {
     reader: &'a IndexReader,
     snap: &'a Snapshot,
+    /// Slots a search may traverse: R, or N with routing off.
+    routing: u32,
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
+    fn new(reader: &'a IndexReader, snap: &'a Snapshot) -> View<'a> {
+        let routing = if reader.routing.load(Ordering::Relaxed) {
+            snap.routing
+        } else {
+            snap.header.committed_count.min(u64::from(u32::MAX)) as u32
+        };
+        View {
+            reader,
+            snap,
+            routing,
+        }
+    }
+
     #[inline]
     fn place(&self, slot: u32) -> Option<(&SegmentLayout, &Region, u64)> {
         let (k, off) = self.reader.geometry.locate(u64::from(slot));
@@ -220,7 +236,7 @@ impl View<'_> {
 impl GraphStore for View<'_> {
     #[inline]
     fn routing_count(&self) -> u32 {
-        self.snap.routing
+        self.routing
     }
     #[inline]
     fn vector(&self, slot: u32) -> Option<&[f32]> {
@@ -306,6 +322,7 @@ impl IndexReader {
             scratch: Mutex::new(Vec::new()),
             ids: Mutex::new(None),
             counters: Counters::default(),
+            routing: AtomicBool::new(true),
         };
         reader.snapshot()?;
         Ok(reader)
@@ -334,6 +351,14 @@ impl IndexReader {
     /// The path opened, if any.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// Turns routing through the writer's unflushed slots (R) on or off (on by default).
+    /// Off, searches traverse only committed slots: the control of the readers experiment,
+    /// which measures what routing is worth while a writer inserts. Results are the same kind
+    /// either way (committed, live ids only); only recall differs.
+    pub fn set_routing(&self, on: bool) {
+        self.routing.store(on, Ordering::Relaxed);
     }
 
     /// What the snapshots have cost so far.
@@ -671,7 +696,7 @@ impl IndexReader {
         if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {
             return Ok(Vec::new());
         }
-        let view = View { reader: self, snap };
+        let view = View::new(self, snap);
         let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
         let mut ef = ef.max(k);
         let hits = loop {
@@ -689,7 +714,7 @@ impl IndexReader {
             if hits.len() >= want {
                 break hits;
             }
-            if ef as u64 >= u64::from(snap.routing) {
+            if ef as u64 >= u64::from(view.routing) {
                 break self.brute_force(&view, &q, k);
             }
             ef = ef.saturating_mul(4);
@@ -735,7 +760,7 @@ impl IndexReader {
 
     /// The slot holding `id` live in `snap`.
     fn lookup(&self, snap: &Snapshot, id: u64) -> Result<Option<u32>> {
-        let view = View { reader: self, snap };
+        let view = View::new(self, snap);
         if snap.header.flags & FLAG_CUSTOM_IDS == 0 {
             if id >= snap.header.committed_count {
                 return Ok(None);
@@ -773,18 +798,15 @@ impl IndexReader {
     pub fn get(&self, id: u64) -> Result<Vec<f32>> {
         let snap = self.snapshot()?;
         let slot = self.lookup(&snap, id)?.ok_or(Error::NotFound { id })?;
-        View {
-            reader: self,
-            snap: &snap,
-        }
-        .vector(slot)
-        .map(<[f32]>::to_vec)
-        .ok_or_else(|| Error::corrupt("vector unreadable", 0))
+        View::new(self, &snap)
+            .vector(slot)
+            .map(<[f32]>::to_vec)
+            .ok_or_else(|| Error::corrupt("vector unreadable", 0))
     }
 
     /// Every id live in `snap`, in slot order.
     pub fn ids_in(&self, snap: &Snapshot) -> Result<Vec<u64>> {
-        let view = View { reader: self, snap };
+        let view = View::new(self, snap);
         let n = snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
         (0..n)
             .filter(|&s| view.live(s))

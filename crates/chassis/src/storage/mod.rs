@@ -42,7 +42,13 @@ struct Segment {
     offset: u64,
     layout: SegmentLayout,
     region: Region,
+    /// Slots whose bytes in all three arrays are allocated on disk (decision 5: space is
+    /// allocated before it is written).
+    allocated_slots: u64,
 }
+
+/// The most bytes allocated ahead of the write position at once (decision 5).
+pub const ALLOCATE_STEP: u64 = 16 << 20;
 
 /// A mapped heap chunk or table page.
 #[derive(Debug)]
@@ -71,6 +77,8 @@ pub struct Store {
     geometry: Geometry,
     segments: Vec<Segment>,
     upper_chunks: Vec<Mapped>,
+    /// Bytes of each upper-heap chunk allocated on disk.
+    upper_allocated: Vec<u64>,
     table_pages: Vec<TablePage>,
     upper_next: u64,
     file_end: u64,
@@ -120,6 +128,22 @@ pub struct HeaderCopies {
     pub a: Result<Header>,
     /// Copy B, decoded or why not.
     pub b: Result<Header>,
+}
+
+/// Says what a failed allocation means when the disk is full.
+fn no_space(e: Error) -> Error {
+    match e {
+        Error::Io(io)
+            if io.raw_os_error() == Some(28) || io.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "no space left on the device for new vectors; nothing committed was touched: \
+                 free space, then reopen the index and retry",
+            ))
+        }
+        e => e,
+    }
 }
 
 fn read_copy(storage: &dyn Storage, len: u64, copy: usize) -> Result<Vec<u8>> {
@@ -217,6 +241,7 @@ impl Store {
             e => e,
         })?;
         storage.grow(DATA_START)?;
+        storage.allocate(0, DATA_START).map_err(no_space)?;
         storage.write_at(format::HEADER_A_OFFSET, &h.encode())?;
         h.sequence = 0;
         storage.write_at(format::HEADER_B_OFFSET, &h.encode())?;
@@ -248,6 +273,7 @@ impl Store {
             geometry,
             segments: Vec::new(),
             upper_chunks: Vec::new(),
+            upper_allocated: Vec::new(),
             table_pages: Vec::new(),
             upper_next: header.upper_heap_next,
             file_end: align_region(len),
@@ -359,10 +385,18 @@ impl Store {
             let bytes = align_region(layout.bytes);
             table::check_region(offset, bytes, len, at)?;
             let region = self.storage.map(offset, bytes, self.writable)?;
+            // Slots below N were written and made durable, so their blocks exist.
+            let first = self.geometry.segment_first_slot(k);
+            let allocated_slots = self
+                .header
+                .committed_count
+                .saturating_sub(first)
+                .min(layout.slots);
             self.segments.push(Segment {
                 offset,
                 layout,
                 region,
+                allocated_slots,
             });
         }
         for k in 0..self.header.upper_heap_chunk_count {
@@ -376,6 +410,7 @@ impl Store {
                 return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
             }
             self.upper_chunks.push(Mapped { offset, region });
+            self.upper_allocated.push(0);
         }
         let next = self.header.upper_heap_next;
         let (chunk, off) = record::split_heap_ref(next);
@@ -574,9 +609,59 @@ impl Store {
     /// Makes sure the segment holding `slot` is mapped, appending segments as needed.
     pub fn ensure_slot(&mut self, slot: u32) -> Result<()> {
         self.require_writable()?;
-        let (k, _) = self.geometry.locate(u64::from(slot));
+        let (k, off) = self.geometry.locate(u64::from(slot));
         while self.segments.len() as u64 <= k {
             self.append_segment()?;
+        }
+        self.allocate_slots(k as usize, off)
+    }
+
+    /// Allocates disk blocks for slot `off` of segment `k` and the slots after it, in steps of
+    /// at most [`ALLOCATE_STEP`] bytes, so a full disk fails this call with an error instead of
+    /// a write through the mapping failing with SIGBUS; the unused end of a segment stays sparse.
+    fn allocate_slots(&mut self, k: usize, off: u64) -> Result<()> {
+        let Some(seg) = self.segments.get(k) else {
+            return Ok(());
+        };
+        if off < seg.allocated_slots {
+            return Ok(());
+        }
+        let per_slot = SegmentLayout::slot_bytes(self.dims, self.m);
+        let step = (ALLOCATE_STEP / per_slot).max(1);
+        let from = seg.allocated_slots;
+        let to = (off + 1).max(from + step).min(seg.layout.slots);
+        let l = &seg.layout;
+        let ranges = [
+            (l.headers_at, record::SLOT_HEADER_BYTES),
+            (l.vectors_at, 4 * u64::from(self.dims)),
+            (l.records_at, self.record_bytes),
+        ];
+        for (at, each) in ranges {
+            self.storage
+                .allocate(seg.offset + at + from * each, (to - from) * each)
+                .map_err(no_space)?;
+        }
+        if let Some(seg) = self.segments.get_mut(k) {
+            seg.allocated_slots = to;
+        }
+        Ok(())
+    }
+
+    /// Allocates the upper-heap bytes `off..off + bytes` of chunk `c` (and up to
+    /// [`ALLOCATE_STEP`] more) before they are written.
+    fn allocate_upper(&mut self, c: usize, off: u64, bytes: u64) -> Result<()> {
+        let done = self.upper_allocated.get(c).copied().unwrap_or(0);
+        if off + bytes <= done {
+            return Ok(());
+        }
+        let chunk_bytes = self.geometry.heap_chunk_bytes(c as u64);
+        let to = (off + bytes).max(done + ALLOCATE_STEP).min(chunk_bytes);
+        let base = self.upper_chunks.get(c).map_or(0, |m| m.offset);
+        self.storage
+            .allocate(base + done, to - done)
+            .map_err(no_space)?;
+        if let Some(a) = self.upper_allocated.get_mut(c) {
+            *a = to;
         }
         Ok(())
     }
@@ -603,6 +688,7 @@ impl Store {
             offset,
             layout,
             region,
+            allocated_slots: 0,
         });
         self.publish_regions()
     }
@@ -610,9 +696,13 @@ impl Store {
     fn append_upper_chunk(&mut self) -> Result<()> {
         let k = self.upper_chunks.len() as u64;
         let (offset, region) = self.append_region(self.geometry.heap_chunk_bytes(k))?;
+        self.storage
+            .allocate(offset, record::HEAP_CHUNK_HEAD_BYTES)
+            .map_err(no_space)?;
         region.write(0, &record::encode_heap_chunk_head(record::HEAP_KIND_UPPER))?;
         self.set_table_entry(table::KIND_UPPER_HEAP, k, offset)?;
         self.upper_chunks.push(Mapped { offset, region });
+        self.upper_allocated.push(record::HEAP_CHUNK_HEAD_BYTES);
         self.publish_regions()
     }
 
@@ -625,8 +715,9 @@ impl Store {
                     max: u64::from(u32::MAX),
                 });
             }
-            let (off, region) =
-                self.append_region(table::page_bytes(self.geometry.table_page_entries))?;
+            let page_bytes = table::page_bytes(self.geometry.table_page_entries);
+            let (off, region) = self.append_region(page_bytes)?;
+            self.storage.allocate(off, page_bytes).map_err(no_space)?;
             region.write(
                 0,
                 &table::encode_head(kind, self.geometry.table_page_entries),
@@ -658,13 +749,18 @@ impl Store {
         self.require_writable()?;
         let bytes = record::upper_entry_bytes(self.m, layers);
         let (mut chunk, mut off) = record::split_heap_ref(self.upper_next);
-        let fits = !self.upper_chunks.is_empty()
+        // Entries start after the chunk's head (a position of 0 means no entry yet).
+        off = off.max(record::HEAP_CHUNK_HEAD_BYTES as u32);
+        let fits = (chunk as usize) < self.upper_chunks.len()
             && u64::from(off) + bytes <= self.geometry.heap_chunk_bytes(u64::from(chunk));
         if !fits {
             self.append_upper_chunk()?;
             chunk = (self.upper_chunks.len() - 1) as u32;
             off = record::HEAP_CHUNK_HEAD_BYTES as u32;
+            // Keep the position on the new chunk even if what follows fails.
+            self.upper_next = record::heap_ref(chunk, off);
         }
+        self.allocate_upper(chunk as usize, u64::from(off), bytes)?;
         let region = &self.upper_chunks[chunk as usize].region;
         let o = u64::from(off);
         region

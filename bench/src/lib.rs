@@ -1,0 +1,106 @@
+//! Shared pieces of the benchmark programs: datasets, brute force, statistics.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Vectors stored row by row.
+pub struct Vectors {
+    /// Dimensions.
+    pub dims: usize,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+impl Vectors {
+    /// Rows.
+    pub fn len(&self) -> usize {
+        self.data.len() / self.dims.max(1)
+    }
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dims..(i + 1) * self.dims]
+    }
+}
+
+/// Reads a `.fvecs` file (each row: little-endian i32 dims, then dims f32).
+pub fn read_fvecs(path: &Path) -> std::io::Result<Vectors> {
+    let b = fs::read(path)?;
+    let dims = i32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+    let row = 4 + 4 * dims;
+    let mut data = Vec::with_capacity(b.len() / row * dims);
+    for r in b.chunks_exact(row) {
+        data.extend(
+            r[4..]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
+        );
+    }
+    Ok(Vectors { dims, data })
+}
+
+/// Where the shared pypi-minilm data lives, if it is there.
+pub fn pypi_minilm() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pypi-minilm");
+    dir.join("pypi-minilm_base.fvecs").exists().then_some(dir)
+}
+
+/// A deterministic clustered synthetic set of unit vectors (for when the real data is absent).
+pub fn synthetic(n: usize, dims: usize, seed: u64) -> Vectors {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut normal = move || {
+        let (u1, u2) = (next().max(1e-12), next());
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    };
+    let clusters = (n / 500).max(1);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| (0..dims).map(|_| normal()).collect())
+        .collect();
+    let mut data = Vec::with_capacity(n * dims);
+    for i in 0..n {
+        let c = &centres[(i * 7919) % clusters];
+        let v: Vec<f32> = c.iter().map(|x| x + 0.6 * normal()).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        data.extend(v.iter().map(|x| x / norm));
+    }
+    Vectors { dims, data }
+}
+
+/// Dot product.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Mean and a 95% bootstrap interval of `xs` (`rounds` resamples, seeded).
+pub fn bootstrap_mean(xs: &[f64], rounds: usize, seed: u64) -> (f64, f64, f64) {
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let mut s = seed | 1;
+    let mut means: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let mut sum = 0.0;
+            for _ in 0..xs.len() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                sum += xs[(s % xs.len() as u64) as usize];
+            }
+            sum / xs.len() as f64
+        })
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let lo = means[(rounds as f64 * 0.025) as usize];
+    let hi = means[((rounds as f64 * 0.975) as usize).min(rounds - 1)];
+    (mean, lo, hi)
+}
