@@ -34,6 +34,35 @@ pub const DEFAULT_MAX_LAYERS: usize = 16;
 /// Default seed of the level generator.
 pub const DEFAULT_SEED: u64 = 0x00C4_A551_5EED;
 
+/// What [`Index::compact`] may change; `None` keeps the index's current value.
+#[derive(Clone, Debug, Default)]
+pub struct CompactOptions {
+    /// New M (changing it is what compaction is for: max_connections can't change in place).
+    pub m: Option<usize>,
+    /// New ef_construction for the rebuilt graph.
+    pub ef_construction: Option<usize>,
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Live vectors copied into the new file.
+    pub live: u64,
+    /// Slots the old file held (live, deleted and routing-only).
+    pub old_slots: u64,
+    /// Length of the old file in bytes.
+    pub old_bytes: u64,
+    /// Length of the new file in bytes.
+    pub new_bytes: u64,
+}
+
+/// The name a compaction writes its new file under, beside the index: `<name>.compacting`.
+pub fn compacting_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".compacting");
+    path.with_file_name(name)
+}
+
 /// How to create an index.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -335,14 +364,30 @@ impl Index {
     /// newer release's writer must still be able to open it).
     pub fn open(path: impl AsRef<Path>) -> Result<Index> {
         let path = path.as_ref();
-        let storage = FileStorage::open(path, true)?;
-        storage.try_lock_exclusive()?;
+        let storage = Index::open_locked(path)?;
         let (current, _) = crate::storage::read_current_header(&storage)?;
         if current.write_version > format::WRITE_VERSION {
             drop(storage);
             return Index::open_read_only(path);
         }
         Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
+    }
+
+    /// Opens `path` for writing and takes its lock, then re-checks that the path still names
+    /// the file locked: a compaction may have renamed a new file over it meanwhile, and locks
+    /// follow the inode, not the path (decision 8). Reopens until they agree.
+    fn open_locked(path: &Path) -> Result<FileStorage> {
+        for _ in 0..100 {
+            let storage = FileStorage::open(path, true)?;
+            storage.try_lock_exclusive()?;
+            if storage.still_at_path()? {
+                return Ok(storage);
+            }
+        }
+        Err(Error::Io(std::io::Error::other(format!(
+            "{} keeps being replaced while opening it",
+            path.display()
+        ))))
     }
 
     /// Opens an existing index file read-only, without a lock and without recovery: searches
@@ -422,7 +467,14 @@ impl Index {
             count,
             entry,
             next_id: h.next_id,
-            flags: h.flags,
+            // A writer that finds "superseded" on the file at its path is looking at a file a
+            // compaction marked but never renamed over (it stopped between the two): the file
+            // is complete and current, and the writer's next commit clears the flag.
+            flags: if read_only.is_none() {
+                h.flags & !header::FLAG_SUPERSEDED
+            } else {
+                h.flags
+            },
             pending_deletes: HashSet::new(),
             dirty: false,
             ids: Mutex::new(None),
@@ -683,6 +735,11 @@ impl Index {
 
     fn insert(&mut self, id: u64, vector: &[f32]) -> Result<()> {
         let v = self.check_vector(vector)?;
+        self.insert_prepared(id, v)
+    }
+
+    /// Inserts a vector already checked (and, for cosine, normalised) under `id`.
+    fn insert_prepared(&mut self, id: u64, v: Vec<f32>) -> Result<()> {
         if self.count == u32::MAX {
             return Err(Error::Full {
                 max: u64::from(u32::MAX),
@@ -772,6 +829,102 @@ impl Index {
         self.pending_deletes.clear();
         self.dirty = false;
         Ok(())
+    }
+
+    /// Rewrites the index into a new file holding only its live vectors, with a freshly built
+    /// graph (ADR-0008 decision 8, the project's ADR-0011): this reclaims deleted vectors'
+    /// space, reconnects anything a crash left unreachable, and is the only way to change M.
+    ///
+    /// Pending adds and deletes are flushed first. Every id survives unchanged, index-assigned
+    /// ones included. The protocol: check that the disk has room for the second copy; write
+    /// `<name>.compacting` beside the index (replacing a leftover one) and make it durable;
+    /// commit the "superseded" flag in the old file; rename the new file over the path; fsync
+    /// the directory; continue as the writer of the new file. A crash at any step leaves a
+    /// complete index at the path: the old one before the rename, the new one after. Readers
+    /// in other processes finish their current search on the old file and move to the new one.
+    ///
+    /// Needs an index opened from a path. The file at the path is replaced, never shrunk.
+    pub fn compact(&mut self, options: CompactOptions) -> Result<CompactReport> {
+        self.writable()?;
+        let path = self.path.clone().ok_or_else(|| {
+            Error::InvalidArgument("compact() needs an index opened from a path".into())
+        })?;
+        self.flush()?;
+        let h = self.store.header().clone();
+        let m = options.m.unwrap_or(self.params.m);
+        let mut opts = Options::new(self.dims(), self.metric())
+            .m(m)
+            .ef_construction(options.ef_construction.unwrap_or(self.params.ef_construction))
+            .seed(self.seed);
+        opts.max_layers = self.params.max_layers;
+        if m == self.params.m {
+            opts = opts.geometry(h.geometry);
+        }
+        let new_file = opts.validate()?;
+        let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
+        // Room for the second copy: every live slot, its upper layers on average, the fixed
+        // area, region rounding, and one allocation step ahead.
+        let per_slot = crate::format::geometry::SegmentLayout::slot_bytes(new_file.dims, new_file.m)
+            + 8 * u64::from(new_file.m);
+        let need = format::DATA_START
+            + live.len() as u64 * per_slot * 5 / 4
+            + 8 * format::REGION_ALIGN
+            + crate::storage::ALLOCATE_STEP;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let free = crate::os::free_space(&dir)?;
+        if free < need {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "compact needs about {} MiB free in {} for the new copy, and {} MiB are \
+                     available; nothing was changed",
+                    need.div_ceil(1 << 20),
+                    dir.display(),
+                    free >> 20
+                ),
+            )));
+        }
+        let tmp = compacting_path(&path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut new = Index::create(&tmp, opts)?;
+        let mut renumbered = false;
+        for &slot in &live {
+            let id = self.id_of(slot)?;
+            let v = self
+                .store
+                .vector(slot)
+                .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?
+                .to_vec();
+            renumbered |= id != u64::from(new.count);
+            new.insert_prepared(id, v)?;
+        }
+        if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 {
+            new.flags |= FLAG_CUSTOM_IDS;
+        }
+        new.next_id = self.next_id;
+        new.dirty = true;
+        new.flush()?;
+        let report = CompactReport {
+            live: live.len() as u64,
+            old_slots: u64::from(self.count),
+            old_bytes: self.store.storage().len()?,
+            new_bytes: new.store.storage().len()?,
+        };
+        // The old file says it is superseded before the path names the new one.
+        self.flags |= header::FLAG_SUPERSEDED;
+        self.dirty = true;
+        self.flush()?;
+        crate::os::rename_durably(&tmp, &path)?;
+        new.path = Some(path);
+        *self = new;
+        Ok(report)
     }
 
     fn take_scratch(&self) -> Scratch {

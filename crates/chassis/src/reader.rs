@@ -38,7 +38,7 @@ use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::{self, align_region, live, record, table, DATA_START};
 use crate::graph::{self, Distance, GraphStore, Metric, Scored, Scratch};
 use crate::index::{metric_from_code, prepare_vector, Neighbor};
-use crate::os::{FileStorage, Region, Storage};
+use crate::os::{FileIdentity, FileStorage, Region, Storage};
 
 /// How many times a snapshot re-reads a header copy that fails its checksum before treating
 /// it as invalid (the writer rewrites a copy in well under a microsecond).
@@ -69,6 +69,7 @@ pub struct Snapshot {
     header: Arc<Header>,
     routing: u32,
     regions: Arc<Regions>,
+    file: Arc<ReaderFile>,
 }
 
 impl Snapshot {
@@ -98,6 +99,15 @@ impl Snapshot {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// How many files the reader had moved through when it took this snapshot (0 for the file
+    /// it opened; each compaction that replaced the file at its path adds one).
+    pub fn file_generation(&self) -> u64 {
+        self.file.generation
+    }
+    /// M of the file this snapshot reads.
+    pub fn m(&self) -> usize {
+        self.file.m as usize
+    }
     /// File offsets of the segments this snapshot has mapped.
     pub fn segment_offsets(&self) -> Vec<u64> {
         self.regions
@@ -108,9 +118,70 @@ impl Snapshot {
     }
 }
 
-/// Mutable state behind the reader's mutex: the last snapshot and what it was built from.
-#[derive(Default)]
+/// One open file: a reader moves to a new one when a compaction replaces the file at its path.
+struct ReaderFile {
+    storage: Arc<dyn Storage>,
+    meta: Region,
+    m: u32,
+    geometry: Geometry,
+    record_bytes: u64,
+    ef_construction: u32,
+    /// Which file on disk (None for storage without a path).
+    identity: Option<FileIdentity>,
+    /// Counts the files this reader has had open.
+    generation: u64,
+}
+
+impl std::fmt::Debug for ReaderFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderFile")
+            .field("identity", &self.identity)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl ReaderFile {
+    fn open(
+        storage: Arc<dyn Storage>,
+        generation: u64,
+        counters: &Counters,
+    ) -> Result<(ReaderFile, Header)> {
+        let len = storage.len()?;
+        if len < DATA_START {
+            // Let the header code say what is wrong (empty, not Chassis, too new, truncated).
+            crate::storage::read_current_header(&*storage)?;
+            return Err(Error::corrupt(
+                format!("file of {len} bytes ends inside its fixed area"),
+                len,
+            ));
+        }
+        let meta = storage.map(0, DATA_START, false)?;
+        let (first, _) = read_headers(&meta, counters)?;
+        let identity = storage.identity()?;
+        Ok((
+            ReaderFile {
+                storage,
+                meta,
+                m: first.m,
+                geometry: first.geometry,
+                record_bytes: record::level0_record_bytes(first.m),
+                ef_construction: first.ef_construction,
+                identity,
+                generation,
+            },
+            first,
+        ))
+    }
+}
+
+/// Mutable state behind the reader's mutex: the open file, the last snapshot and what it was
+/// built from.
 struct Cache {
+    file: Arc<ReaderFile>,
+    /// Fast-path snapshots since the last slow one (every so often the slow path runs anyway,
+    /// to notice a file replaced without the superseded flag).
+    fast_streak: u32,
     last: Option<Snapshot>,
     /// Sequence and checksum words of copies A and B when the last header was read.
     header_words: [u64; 4],
@@ -119,6 +190,22 @@ struct Cache {
     /// Table pages by position in the writer's list: kind and mapping.
     table_pages: Vec<(u32, Mapped)>,
 }
+
+impl Cache {
+    fn new(file: Arc<ReaderFile>) -> Cache {
+        Cache {
+            file,
+            fast_streak: 0,
+            last: None,
+            header_words: [0; 4],
+            live_words: [0; 4],
+            table_pages: Vec::new(),
+        }
+    }
+}
+
+/// Fast-path snapshots between checks that the file is still linked at its path.
+const LINK_CHECK_EVERY: u32 = 1024;
 
 /// Counters for tests and `chassis info`: what snapshots cost.
 #[derive(Debug, Default)]
@@ -129,6 +216,7 @@ struct Counters {
     rereads: AtomicU64,
     maps: AtomicU64,
     remaps: AtomicU64,
+    reopens: AtomicU64,
 }
 
 /// What a reader's snapshots have done so far.
@@ -146,6 +234,8 @@ pub struct ReaderStats {
     pub maps: u64,
     /// Uncommitted regions remapped because their table entry changed.
     pub remaps: u64,
+    /// Moves to a new file that replaced the old one at the path (compaction).
+    pub reopens: u64,
 }
 
 /// A read-only view of an index file that follows its writer: every search runs on a fresh
@@ -154,19 +244,14 @@ pub struct ReaderStats {
 /// Open it in as many processes and threads as you like, also while an [`crate::Index`] holds
 /// the file's lock; it takes no lock, never writes, and never runs recovery.
 pub struct IndexReader {
-    storage: Arc<dyn Storage>,
     path: Option<PathBuf>,
-    meta: Region,
     dims: u32,
-    m: u32,
     metric: Metric,
     dist: Distance,
-    geometry: Geometry,
-    record_bytes: u64,
-    ef_construction: u32,
     cache: Mutex<Cache>,
     scratch: Mutex<Vec<Scratch>>,
-    ids: Mutex<Option<(u64, HashMap<u64, u32>)>>,
+    /// The custom-id table: (file generation, slots scanned, id → newest slot).
+    ids: Mutex<Option<(u64, u64, HashMap<u64, u32>)>>,
     counters: Counters,
     routing: AtomicBool,
 }
@@ -205,7 +290,7 @@ impl<'a> View<'a> {
 
     #[inline]
     fn place(&self, slot: u32) -> Option<(&SegmentLayout, &Region, u64)> {
-        let (k, off) = self.reader.geometry.locate(u64::from(slot));
+        let (k, off) = self.snap.file.geometry.locate(u64::from(slot));
         let (layout, m) = self.snap.regions.segments.get(k as usize)?;
         Some((layout, &m.region, off))
     }
@@ -251,13 +336,13 @@ impl GraphStore for View<'_> {
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
         let (layout, region, off) = self.place(slot)?;
-        let at = layout.records_at + off * self.reader.record_bytes + record::RECORD_NEIGHBORS_AT;
-        region.u32_words(at, 2 * self.reader.m as usize).ok()
+        let at = layout.records_at + off * self.snap.file.record_bytes + record::RECORD_NEIGHBORS_AT;
+        region.u32_words(at, 2 * self.snap.file.m as usize).ok()
     }
     #[inline]
     fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
         let (layout, region, off) = self.place(slot)?;
-        let at = layout.records_at + off * self.reader.record_bytes + record::RECORD_UPPER_REF_AT;
+        let at = layout.records_at + off * self.snap.file.record_bytes + record::RECORD_UPPER_REF_AT;
         let r = region.u64_at(at).ok()?.load(Ordering::Acquire);
         if r == 0 || layer == 0 {
             return None;
@@ -272,9 +357,9 @@ impl GraphStore for View<'_> {
         if layer > layers as usize {
             return None;
         }
-        let m = u64::from(self.reader.m);
+        let m = u64::from(self.snap.file.m);
         let at = o + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
-        chunk.u32_words(at, self.reader.m as usize).ok()
+        chunk.u32_words(at, self.snap.file.m as usize).ok()
     }
 }
 
@@ -295,33 +380,18 @@ impl IndexReader {
     }
 
     fn open_inner(storage: Arc<dyn Storage>, path: Option<PathBuf>) -> Result<IndexReader> {
-        let len = storage.len()?;
-        if len < DATA_START {
-            // Let the header code say what is wrong (empty, not Chassis, too new, truncated).
-            crate::storage::read_current_header(&*storage)?;
-            return Err(Error::corrupt(
-                format!("file of {len} bytes ends inside its fixed area"),
-                len,
-            ));
-        }
-        let meta = storage.map(0, DATA_START, false)?;
-        let (first, _) = read_headers(&meta, &Counters::default())?;
+        let counters = Counters::default();
+        let (file, first) = ReaderFile::open(storage, 0, &counters)?;
         let metric = metric_from_code(first.metric)?;
         let reader = IndexReader {
-            storage,
             path,
-            meta,
             dims: first.dims,
-            m: first.m,
             metric,
             dist: Distance::new(metric),
-            geometry: first.geometry,
-            record_bytes: record::level0_record_bytes(first.m),
-            ef_construction: first.ef_construction,
-            cache: Mutex::new(Cache::default()),
+            cache: Mutex::new(Cache::new(Arc::new(file))),
             scratch: Mutex::new(Vec::new()),
             ids: Mutex::new(None),
-            counters: Counters::default(),
+            counters,
             routing: AtomicBool::new(true),
         };
         reader.snapshot()?;
@@ -338,14 +408,14 @@ impl IndexReader {
         self.metric
     }
 
-    /// M.
+    /// M of the file currently open (a compaction may change it).
     pub fn m(&self) -> usize {
-        self.m as usize
+        lock(&self.cache).file.m as usize
     }
 
-    /// ef_construction the file was built with.
+    /// ef_construction the file currently open was built with.
     pub fn ef_construction(&self) -> usize {
-        self.ef_construction as usize
+        lock(&self.cache).file.ef_construction as usize
     }
 
     /// The path opened, if any.
@@ -372,26 +442,48 @@ impl IndexReader {
             rereads: l(&c.rereads),
             maps: l(&c.maps),
             remaps: l(&c.remaps),
+            reopens: l(&c.reopens),
         }
     }
 
-    /// Takes a snapshot of what is committed now (never older than one already taken).
+    /// Takes a snapshot of what is committed now (never older than one already taken from
+    /// the same file). When a compaction has replaced the file at the path (the old file says
+    /// "superseded", or it has no links left), the reader moves to the new file.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
         let mut cache = lock(&self.cache);
-        let header_words = self.header_words()?;
-        let live_words = self.live_words()?;
-        if let Some(last) = &cache.last {
-            if header_words == cache.header_words && live_words == cache.live_words {
-                self.counters.fast.fetch_add(1, Ordering::Relaxed);
-                return Ok(last.clone());
+        for _ in 0..8 {
+            match self.snapshot_locked(&mut cache)? {
+                Some(snap) => return Ok(snap),
+                None => continue, // moved to the replacement file: take its snapshot
             }
         }
+        Err(Error::Io(std::io::Error::other(
+            "the index file keeps being replaced under a reader",
+        )))
+    }
+
+    /// One snapshot of the cached file, or `None` after moving to a replacement file.
+    fn snapshot_locked(&self, cache: &mut Cache) -> Result<Option<Snapshot>> {
+        let file = Arc::clone(&cache.file);
+        let header_words = header_words(&file.meta)?;
+        let live_words = live_words(&file.meta)?;
+        if let Some(last) = &cache.last {
+            if header_words == cache.header_words
+                && live_words == cache.live_words
+                && cache.fast_streak < LINK_CHECK_EVERY
+            {
+                cache.fast_streak += 1;
+                self.counters.fast.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(last.clone()));
+            }
+        }
+        cache.fast_streak = 0;
         let header = match &cache.last {
             Some(last) if header_words == cache.header_words => Arc::clone(&last.header),
             _ => {
-                let (h, _) = read_headers(&self.meta, &self.counters)?;
-                self.check_same_index(&h)?;
+                let (h, _) = read_headers(&file.meta, &self.counters)?;
+                self.check_same_index(&file, &h)?;
                 match &cache.last {
                     // Never go back: the older header's state is already superseded.
                     Some(last) if h.sequence < last.header.sequence => Arc::clone(&last.header),
@@ -399,8 +491,11 @@ impl IndexReader {
                 }
             }
         };
-        let regions = self.map_regions(&mut cache, &header, &live_words)?;
-        let slots = self
+        if self.move_if_replaced(cache, &header)? {
+            return Ok(None);
+        }
+        let regions = self.map_regions(&file, cache, &header, &live_words)?;
+        let slots = file
             .geometry
             .segment_first_slot(regions.segments.len() as u64);
         let n = header.committed_count;
@@ -413,15 +508,52 @@ impl IndexReader {
             header,
             routing: routing.min(u64::from(u32::MAX)) as u32,
             regions,
+            file,
         };
         cache.header_words = header_words;
         cache.live_words = live_words;
         cache.last = Some(snap.clone());
-        Ok(snap)
+        Ok(Some(snap))
     }
 
-    fn check_same_index(&self, h: &Header) -> Result<()> {
-        if h.dims != self.dims || h.m != self.m || h.geometry != self.geometry {
+    /// If the file says it is superseded, or has no links left, and the path now names another
+    /// file, opens that one in its place (decision 8) and returns true. A superseded file
+    /// still at the path (a compaction stopped between its flag and its rename) stays in use:
+    /// it is complete, and the next writer clears the flag.
+    fn move_if_replaced(&self, cache: &mut Cache, h: &Header) -> Result<bool> {
+        let (Some(path), Some(mine)) = (&self.path, cache.file.identity) else {
+            return Ok(false);
+        };
+        let superseded = h.flags & header::FLAG_SUPERSEDED != 0;
+        let unlinked = cache
+            .file
+            .storage
+            .identity()?
+            .is_some_and(|now| now.nlink == 0);
+        if !superseded && !unlinked {
+            return Ok(false);
+        }
+        let Some(at_path) = crate::os::path_identity(path)? else {
+            return Ok(false);
+        };
+        if (at_path.dev, at_path.ino) == (mine.dev, mine.ino) {
+            return Ok(false);
+        }
+        let storage = Arc::new(FileStorage::open(path, false)?);
+        let (file, first) = ReaderFile::open(storage, cache.file.generation + 1, &self.counters)?;
+        if first.dims != self.dims || metric_from_code(first.metric)? != self.metric {
+            return Err(Error::corrupt(
+                "the file at the path was replaced by an index of other dimensions or metric",
+                0,
+            ));
+        }
+        self.counters.reopens.fetch_add(1, Ordering::Relaxed);
+        *cache = Cache::new(Arc::new(file));
+        Ok(true)
+    }
+
+    fn check_same_index(&self, file: &ReaderFile, h: &Header) -> Result<()> {
+        if h.dims != self.dims || h.m != file.m || h.geometry != file.geometry {
             return Err(Error::corrupt(
                 "the header's dimensions, M or geometry changed under a reader",
                 0,
@@ -430,63 +562,25 @@ impl IndexReader {
         Ok(())
     }
 
-    /// Sequence and checksum words of both copies (acquire: they publish the rest).
-    fn header_words(&self) -> Result<[u64; 4]> {
-        let mut w = [0u64; 4];
-        for copy in 0..2 {
-            let base = format::header_offset(copy);
-            w[2 * copy] = self
-                .meta
-                .u64_at(base + header::at::SEQUENCE as u64)?
-                .load(Ordering::Acquire);
-            w[2 * copy + 1] = self
-                .meta
-                .u64_at(base + header::at::CHECKSUM as u64)?
-                .load(Ordering::Acquire);
-        }
-        Ok(w)
-    }
-
-    /// R, segment count, upper chunk count and table page count from the live page; R is
-    /// `u64::MAX` when no writer has published.
-    fn live_words(&self) -> Result<[u64; 4]> {
-        let base = format::LIVE_PAGE_OFFSET;
-        let magic = self.meta.u64_at(base)?.load(Ordering::Acquire);
-        if magic.to_le_bytes() != live::MAGIC {
-            return Ok([u64::MAX, 0, 0, 0]);
-        }
-        // Table page count last: the writer stores it (release) after the offsets and counts.
-        let pages = u64::from(
-            self.meta
-                .u32_at(base + live::TABLE_PAGE_COUNT_AT)?
-                .load(Ordering::Acquire),
-        );
-        Ok([
-            self.meta
-                .u64_at(base + live::ROUTING_COUNT_AT)?
-                .load(Ordering::Acquire),
-            self.meta
-                .u64_at(base + live::SEGMENT_COUNT_AT)?
-                .load(Ordering::Acquire),
-            self.meta
-                .u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
-                .load(Ordering::Acquire),
-            pages,
-        ])
-    }
-
-    fn map(&self, offset: u64, bytes: u64, at: u64, file_len: &mut Option<u64>) -> Result<Mapped> {
+    fn map(
+        &self,
+        file: &ReaderFile,
+        offset: u64,
+        bytes: u64,
+        at: u64,
+        file_len: &mut Option<u64>,
+    ) -> Result<Mapped> {
         // The file length is read only to map a region, and once per snapshot.
         let len = match *file_len {
             Some(l) => l,
             None => {
-                let l = self.storage.len()?;
+                let l = file.storage.len()?;
                 *file_len = Some(l);
                 l
             }
         };
         table::check_region(offset, bytes, len, at)?;
-        let region = self.storage.map(offset, bytes, false)?;
+        let region = file.storage.map(offset, bytes, false)?;
         self.counters.maps.fetch_add(1, Ordering::Relaxed);
         Ok(Mapped { offset, region })
     }
@@ -496,12 +590,13 @@ impl IndexReader {
     /// nothing changed.
     fn map_regions(
         &self,
+        file: &ReaderFile,
         cache: &mut Cache,
         h: &Header,
         live_words: &[u64; 4],
     ) -> Result<Arc<Regions>> {
         let mut file_len = None;
-        let cap = self.geometry.table_page_entries;
+        let cap = file.geometry.table_page_entries;
         let page_len = align_region(table::page_bytes(cap));
         // Table pages: the header's (committed, immutable), then the live page's.
         let committed_pages = h.table_pages.len();
@@ -519,7 +614,7 @@ impl IndexReader {
                 )
             } else {
                 let at = format::LIVE_PAGE_OFFSET + live::TABLE_PAGE_OFFSETS_AT + 8 * i as u64;
-                (self.meta.u64_at(at)?.load(Ordering::Acquire), at)
+                (file.meta.u64_at(at)?.load(Ordering::Acquire), at)
             };
             if cache
                 .table_pages
@@ -528,7 +623,7 @@ impl IndexReader {
             {
                 continue;
             }
-            let mapped = self.map(offset, page_len, at, &mut file_len).and_then(|m| {
+            let mapped = self.map(file, offset, page_len, at, &mut file_len).and_then(|m| {
                 let mut head = [0u8; table::HEAD_BYTES as usize];
                 m.region.read(0, &mut head)?;
                 Ok((table::decode_head(&head, offset, cap)?, m))
@@ -610,8 +705,8 @@ impl IndexReader {
                     self.counters.remaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
-            match self.map(offset, align_region(layout.bytes), at, &mut file_len) {
+            let layout = SegmentLayout::new(file.geometry.segment_slots(k), self.dims, file.m);
+            match self.map(file, offset, align_region(layout.bytes), at, &mut file_len) {
                 Ok(m) => {
                     segments.push((layout, m));
                     changed = true;
@@ -644,8 +739,8 @@ impl IndexReader {
                     self.counters.remaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let bytes = align_region(self.geometry.heap_chunk_bytes(k));
-            let mapped = self.map(offset, bytes, at, &mut file_len).and_then(|m| {
+            let bytes = align_region(file.geometry.heap_chunk_bytes(k));
+            let mapped = self.map(file, offset, bytes, at, &mut file_len).and_then(|m| {
                 let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
                 m.region.read(0, &mut head)?;
                 if head[..8] != record::HEAP_CHUNK_MAGIC {
@@ -772,9 +867,13 @@ impl IndexReader {
         // table maps each id to its newest slot and liveness is checked per snapshot.
         let mut ids = lock(&self.ids);
         let n = snap.header.committed_count;
-        let built = ids.as_ref().map_or(0, |(b, _)| *b);
+        let generation = snap.file.generation;
+        if ids.as_ref().is_some_and(|(g, _, _)| *g != generation) {
+            *ids = None;
+        }
+        let built = ids.as_ref().map_or(0, |(_, b, _)| *b);
         if ids.is_none() || built < n {
-            let (from, mut map) = ids.take().unwrap_or_default();
+            let (_, from, mut map) = ids.take().unwrap_or_default();
             for slot in from..n {
                 let slot = slot as u32;
                 let id = view
@@ -782,9 +881,9 @@ impl IndexReader {
                     .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
                 map.insert(id, slot);
             }
-            *ids = Some((n, map));
+            *ids = Some((generation, n, map));
         }
-        let slot = ids.as_ref().and_then(|(_, m)| m.get(&id).copied());
+        let slot = ids.as_ref().and_then(|(_, _, m)| m.get(&id).copied());
         Ok(slot.filter(|&s| view.live(s)))
     }
 
@@ -822,6 +921,50 @@ impl IndexReader {
         &snap.header
     }
 }
+
+/// Sequence and checksum words of both copies (acquire: they publish the rest).
+fn header_words(meta: &Region) -> Result<[u64; 4]> {
+    let mut w = [0u64; 4];
+    for copy in 0..2 {
+        let base = format::header_offset(copy);
+        w[2 * copy] = meta
+            .u64_at(base + header::at::SEQUENCE as u64)?
+            .load(Ordering::Acquire);
+        w[2 * copy + 1] = meta
+            .u64_at(base + header::at::CHECKSUM as u64)?
+            .load(Ordering::Acquire);
+    }
+    Ok(w)
+}
+
+/// R, segment count, upper chunk count and table page count from the live page; R is
+/// `u64::MAX` when no writer has published.
+fn live_words(meta: &Region) -> Result<[u64; 4]> {
+    let base = format::LIVE_PAGE_OFFSET;
+    let magic = meta.u64_at(base)?.load(Ordering::Acquire);
+    if magic.to_le_bytes() != live::MAGIC {
+        return Ok([u64::MAX, 0, 0, 0]);
+    }
+    // Table page count last: the writer stores it (release) after the offsets and counts.
+    let pages = u64::from(
+        meta
+            .u32_at(base + live::TABLE_PAGE_COUNT_AT)?
+            .load(Ordering::Acquire),
+    );
+    Ok([
+        meta
+            .u64_at(base + live::ROUTING_COUNT_AT)?
+            .load(Ordering::Acquire),
+        meta
+            .u64_at(base + live::SEGMENT_COUNT_AT)?
+            .load(Ordering::Acquire),
+        meta
+            .u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
+            .load(Ordering::Acquire),
+        pages,
+    ])
+}
+
 
 /// Copies one header copy out of the mapping word by word (the writer stores whole words).
 fn copy_header(meta: &Region, copy: usize) -> Result<Vec<u8>> {

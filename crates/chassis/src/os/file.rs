@@ -52,6 +52,14 @@ impl FileStorage {
         &self.path
     }
 
+    /// Whether the path still names the file this handle has open (after taking the lock, a
+    /// writer checks this: locks follow the inode, not the path; decision 8).
+    pub fn still_at_path(&self) -> Result<bool> {
+        let mine = self.identity()?;
+        let now = path_identity(&self.path)?;
+        Ok(matches!((mine, now), (Some(a), Some(b)) if a.dev == b.dev && a.ino == b.ino))
+    }
+
     /// Bytes actually allocated on disk (st_blocks · 512).
     pub fn allocated_bytes(&self) -> Result<u64> {
         use std::os::unix::fs::MetadataExt;
@@ -153,6 +161,15 @@ impl Storage for FileStorage {
         Ok(File::open(dir)?.sync_all()?)
     }
 
+    fn identity(&self) -> Result<Option<super::FileIdentity>> {
+        let st = rustix::fs::fstat(&*self.file).map_err(io::Error::from)?;
+        Ok(Some(super::FileIdentity {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            nlink: st.st_nlink as u64,
+        }))
+    }
+
     fn try_lock_exclusive(&self) -> Result<()> {
         use rustix::fs::{flock, FlockOperation};
         match flock(&*self.file, FlockOperation::NonBlockingLockExclusive) {
@@ -164,4 +181,30 @@ impl Storage for FileStorage {
             Err(e) => Err(Error::Io(e.into())),
         }
     }
+}
+
+pub(super) fn path_identity(path: &Path) -> Result<Option<super::FileIdentity>> {
+    match rustix::fs::stat(path) {
+        Ok(st) => Ok(Some(super::FileIdentity {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            nlink: st.st_nlink as u64,
+        })),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(Error::Io(e.into())),
+    }
+}
+
+pub(super) fn free_space(dir: &Path) -> Result<u64> {
+    let st = rustix::fs::statvfs(dir).map_err(io::Error::from)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to)?;
+    let dir = match to.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok(File::open(dir)?.sync_all()?)
 }

@@ -45,4 +45,35 @@ pub trait Storage: Send + Sync + 'static {
     /// Takes the exclusive writer lock without waiting: [`crate::Error::Locked`] if another
     /// handle holds it. Released when this handle is dropped.
     fn try_lock_exclusive(&self) -> Result<()>;
+    /// The open file's identity on disk (device, inode, link count), for noticing that the
+    /// path now names another file (decision 8). `None` for storage with no path.
+    fn identity(&self) -> Result<Option<FileIdentity>> {
+        Ok(None)
+    }
+}
+
+/// Which file on disk a handle has open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Hard links; 0 once the file was unlinked or renamed over.
+    pub nlink: u64,
+}
+
+/// The identity of the file a path names now (following symlinks), `None` if none does.
+pub fn path_identity(path: &std::path::Path) -> Result<Option<FileIdentity>> {
+    file::path_identity(path)
+}
+
+/// Bytes available to this process on the file system holding `dir`.
+pub fn free_space(dir: &std::path::Path) -> Result<u64> {
+    file::free_space(dir)
+}
+
+/// Renames `from` over `to` (atomic on POSIX), then makes the directory entry durable.
+pub fn rename_durably(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    file::rename_durably(from, to)
 }
