@@ -63,6 +63,13 @@ pub fn compacting_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The name a migration writes its new file under before renaming: `<name>.migrating`.
+pub fn migrating_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".migrating");
+    path.with_file_name(name)
+}
+
 /// How to create an index.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -854,7 +861,11 @@ impl Index {
         let m = options.m.unwrap_or(self.params.m);
         let mut opts = Options::new(self.dims(), self.metric())
             .m(m)
-            .ef_construction(options.ef_construction.unwrap_or(self.params.ef_construction))
+            .ef_construction(
+                options
+                    .ef_construction
+                    .unwrap_or(self.params.ef_construction),
+            )
             .seed(self.seed);
         opts.max_layers = self.params.max_layers;
         if m == self.params.m {
@@ -864,8 +875,9 @@ impl Index {
         let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
         // Room for the second copy: every live slot, its upper layers on average, the fixed
         // area, region rounding, and one allocation step ahead.
-        let per_slot = crate::format::geometry::SegmentLayout::slot_bytes(new_file.dims, new_file.m)
-            + 8 * u64::from(new_file.m);
+        let per_slot =
+            crate::format::geometry::SegmentLayout::slot_bytes(new_file.dims, new_file.m)
+                + 8 * u64::from(new_file.m);
         let need = format::DATA_START
             + live.len() as u64 * per_slot * 5 / 4
             + 8 * format::REGION_ALIGN
@@ -925,6 +937,133 @@ impl Index {
         new.path = Some(path);
         *self = new;
         Ok(report)
+    }
+
+    /// Converts an hnswlib index file (`Index.save_index` of hnswlib 0.7 or 0.8) into a new
+    /// Chassis file at `dst`, converting the graph instead of rebuilding it (ADR-0008 decision 8
+    /// as the project reads it): labels become custom ids, hnswlib's deleted marks become
+    /// deletes, upper layers go into the upper heap; O(n). hnswlib does not store its space, so
+    /// the caller names the metric (`l2` → [`Metric::L2Squared`], `ip` →
+    /// [`Metric::InnerProduct`], `cosine` → [`Metric::Cosine`]; hnswlib stored cosine vectors
+    /// normalised, and they are kept bit for bit).
+    ///
+    /// The protocol: write `<dst>.migrating` (replacing a leftover one) holding its lock,
+    /// flush (fsync), rename it to `dst`, fsync the directory, and return it open as the
+    /// writer. `dst` must not exist. Searches then return the same ids as hnswlib at the same
+    /// ef on the same queries.
+    pub fn migrate_hnswlib(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+    ) -> Result<Index> {
+        Index::migrate_hnswlib_with_progress(src, dst, metric, |_, _| {})
+    }
+
+    /// [`Index::migrate_hnswlib`], calling `progress(done, total)` as elements are converted.
+    pub fn migrate_hnswlib_with_progress(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Index> {
+        use crate::format::hnswlib::HnswlibFile;
+        let (src, dst) = (src.as_ref(), dst.as_ref());
+        if dst.exists() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists; migrate writes a new file", dst.display()),
+            )));
+        }
+        let bytes = std::fs::read(src)?;
+        let h = HnswlibFile::parse(&bytes)?;
+        if h.max_m0 != 2 * h.max_m || h.m != h.max_m {
+            return Err(Error::InvalidArgument(format!(
+                "hnswlib file with M = {}, maxM = {}, maxM0 = {}: Chassis needs maxM0 = 2·maxM = 2·M",
+                h.m, h.max_m, h.max_m0
+            )));
+        }
+        let mut opts = Options::new(h.dims, metric)
+            .m(h.max_m)
+            .ef_construction(h.ef_construction.max(1));
+        opts.max_layers = opts.max_layers.max(h.max_level.max(0) as usize + 1);
+        let tmp = migrating_path(dst);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut ix = Index::create(&tmp, opts)?;
+        let n = u32::try_from(h.count).map_err(|_| Error::Full {
+            max: u64::from(u32::MAX),
+        })?;
+        let mut next_id = 0u64;
+        let mut labels = HashSet::new();
+        // Pass 1: every slot's header, vector and (empty) lists, in hnswlib's internal order,
+        // so internal id i becomes slot i and neighbor ids carry over unchanged.
+        for i in 0..n {
+            let e = h.element(i as usize)?;
+            if !e.deleted && !labels.insert(e.label) {
+                return Err(Error::corrupt(
+                    format!("hnswlib file: label {} stored twice", e.label),
+                    0,
+                ));
+            }
+            let v: Vec<f32> = e
+                .vector
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if let Some(j) = v.iter().position(|x| !x.is_finite()) {
+                return Err(Error::InvalidVector {
+                    reason: format!("hnswlib element {i}: component {j} is not finite"),
+                });
+            }
+            ix.store.ensure_slot(i)?;
+            let upper_ref = if e.upper.is_empty() {
+                0
+            } else {
+                ix.store.alloc_upper(e.upper.len() as u32)?
+            };
+            ix.store.write_slot(i, e.label, &v, upper_ref)?;
+            next_id = next_id.max(e.label.saturating_add(1));
+            if i % 4096 == 0 {
+                progress(i as usize, h.count);
+            }
+        }
+        // Pass 2: the graph, word for word.
+        for i in 0..n {
+            let e = h.element(i as usize)?;
+            let words = ix
+                .store
+                .level0(i)
+                .ok_or_else(|| Error::corrupt("migrated slot unmapped", 0))?;
+            for (w, &nb) in words.iter().zip(&e.level0) {
+                w.store(nb, std::sync::atomic::Ordering::Relaxed);
+            }
+            for (layer, list) in e.upper.iter().enumerate() {
+                let words = ix
+                    .store
+                    .upper(i, layer + 1)
+                    .ok_or_else(|| Error::corrupt("migrated upper layer missing", 0))?;
+                for (w, &nb) in words.iter().zip(list) {
+                    w.store(nb, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if e.deleted {
+                ix.pending_deletes.insert(i);
+            }
+        }
+        ix.count = n;
+        ix.entry = (n > 0).then_some((h.entry_point, h.max_level.max(0) as usize));
+        ix.next_id = next_id;
+        ix.flags |= FLAG_CUSTOM_IDS;
+        ix.dirty = true;
+        ix.store.publish_routing_count(u64::from(n))?;
+        ix.flush()?;
+        progress(h.count, h.count);
+        crate::os::rename_durably(&tmp, dst)?;
+        ix.path = Some(dst.to_path_buf());
+        Ok(ix)
     }
 
     fn take_scratch(&self) -> Scratch {

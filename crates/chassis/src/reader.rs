@@ -118,6 +118,9 @@ impl Snapshot {
     }
 }
 
+/// The custom-id table of one file: (file generation, slots scanned, id → newest slot).
+type IdTable = (u64, u64, HashMap<u64, u32>);
+
 /// One open file: a reader moves to a new one when a compaction replaces the file at its path.
 struct ReaderFile {
     storage: Arc<dyn Storage>,
@@ -251,7 +254,7 @@ pub struct IndexReader {
     cache: Mutex<Cache>,
     scratch: Mutex<Vec<Scratch>>,
     /// The custom-id table: (file generation, slots scanned, id → newest slot).
-    ids: Mutex<Option<(u64, u64, HashMap<u64, u32>)>>,
+    ids: Mutex<Option<IdTable>>,
     counters: Counters,
     routing: AtomicBool,
 }
@@ -336,13 +339,15 @@ impl GraphStore for View<'_> {
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
         let (layout, region, off) = self.place(slot)?;
-        let at = layout.records_at + off * self.snap.file.record_bytes + record::RECORD_NEIGHBORS_AT;
+        let at =
+            layout.records_at + off * self.snap.file.record_bytes + record::RECORD_NEIGHBORS_AT;
         region.u32_words(at, 2 * self.snap.file.m as usize).ok()
     }
     #[inline]
     fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
         let (layout, region, off) = self.place(slot)?;
-        let at = layout.records_at + off * self.snap.file.record_bytes + record::RECORD_UPPER_REF_AT;
+        let at =
+            layout.records_at + off * self.snap.file.record_bytes + record::RECORD_UPPER_REF_AT;
         let r = region.u64_at(at).ok()?.load(Ordering::Acquire);
         if r == 0 || layer == 0 {
             return None;
@@ -623,11 +628,13 @@ impl IndexReader {
             {
                 continue;
             }
-            let mapped = self.map(file, offset, page_len, at, &mut file_len).and_then(|m| {
-                let mut head = [0u8; table::HEAD_BYTES as usize];
-                m.region.read(0, &mut head)?;
-                Ok((table::decode_head(&head, offset, cap)?, m))
-            });
+            let mapped = self
+                .map(file, offset, page_len, at, &mut file_len)
+                .and_then(|m| {
+                    let mut head = [0u8; table::HEAD_BYTES as usize];
+                    m.region.read(0, &mut head)?;
+                    Ok((table::decode_head(&head, offset, cap)?, m))
+                });
             match mapped {
                 Ok(page) => {
                     if i < cache.table_pages.len() {
@@ -740,14 +747,16 @@ impl IndexReader {
                 }
             }
             let bytes = align_region(file.geometry.heap_chunk_bytes(k));
-            let mapped = self.map(file, offset, bytes, at, &mut file_len).and_then(|m| {
-                let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
-                m.region.read(0, &mut head)?;
-                if head[..8] != record::HEAP_CHUNK_MAGIC {
-                    return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
-                }
-                Ok(m)
-            });
+            let mapped = self
+                .map(file, offset, bytes, at, &mut file_len)
+                .and_then(|m| {
+                    let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
+                    m.region.read(0, &mut head)?;
+                    if head[..8] != record::HEAP_CHUNK_MAGIC {
+                        return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
+                    }
+                    Ok(m)
+                });
             match mapped {
                 Ok(m) => {
                     chunks.push(m);
@@ -947,24 +956,19 @@ fn live_words(meta: &Region) -> Result<[u64; 4]> {
     }
     // Table page count last: the writer stores it (release) after the offsets and counts.
     let pages = u64::from(
-        meta
-            .u32_at(base + live::TABLE_PAGE_COUNT_AT)?
+        meta.u32_at(base + live::TABLE_PAGE_COUNT_AT)?
             .load(Ordering::Acquire),
     );
     Ok([
-        meta
-            .u64_at(base + live::ROUTING_COUNT_AT)?
+        meta.u64_at(base + live::ROUTING_COUNT_AT)?
             .load(Ordering::Acquire),
-        meta
-            .u64_at(base + live::SEGMENT_COUNT_AT)?
+        meta.u64_at(base + live::SEGMENT_COUNT_AT)?
             .load(Ordering::Acquire),
-        meta
-            .u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
+        meta.u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
             .load(Ordering::Acquire),
         pages,
     ])
 }
-
 
 /// Copies one header copy out of the mapping word by word (the writer stores whole words).
 fn copy_header(meta: &Region, copy: usize) -> Result<Vec<u8>> {

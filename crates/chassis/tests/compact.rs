@@ -108,7 +108,11 @@ fn a_leftover_compacting_file_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l.chassis");
     build(&path, 300, 8);
-    fs::write(compacting_path(&path), b"half a file from a crashed compaction").unwrap();
+    fs::write(
+        compacting_path(&path),
+        b"half a file from a crashed compaction",
+    )
+    .unwrap();
     let mut ix = Index::open(&path).unwrap();
     ix.compact(CompactOptions::default()).unwrap();
     assert_eq!(ix.len(), 300);
@@ -141,7 +145,11 @@ fn a_reader_finishes_on_the_old_file_and_moves_to_the_new_one() {
     assert_eq!(new.len(), 500);
     assert_eq!(r.stats().reopens, 1);
     assert_eq!(r.search(&data[700], 1, 32).unwrap()[0].id, 700);
-    assert!(r.search(&data[3], 5, 32).unwrap().iter().all(|h| h.id >= 500));
+    assert!(r
+        .search(&data[3], 5, 32)
+        .unwrap()
+        .iter()
+        .all(|h| h.id >= 500));
     // And it follows the new file's writer.
     ix.add_with_id(5_000, &data[3]).unwrap();
     ix.flush().unwrap();

@@ -1,10 +1,12 @@
-//! One writer process and two reader processes on one file (ADR-0008 decision 5).
+//! One writer process and two reader processes on one file (ADR-0008 decisions 5 and 8).
 //!
 //! The test spawns its own binary three times with `CHASSIS_CHILD_ROLE` set. The writer makes
-//! 20 flushes of adds and deletes and, after each, logs the live ids of the committed state
-//! and waits until every reader has taken a snapshot at least that new. Readers search
-//! continuously; afterwards each checks that every id it got was live in the snapshot it used,
-//! with its own vector's distance, and that it saw every committed state.
+//! 20 flushes of adds and deletes, compacting after the 10th (same M) and the 20th (a new M),
+//! and after each commit logs the live ids of the committed state and waits until every
+//! reader has taken a snapshot at least that new. Readers search continuously, through both
+//! compactions; afterwards each checks that every id it got was live in the snapshot it used,
+//! with its own vector's distance, that it saw every committed state, and that it ended on the
+//! last compaction's file.
 
 mod common;
 
@@ -14,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chassis::{Index, IndexReader, Metric, Options};
+use chassis::{CompactOptions, Index, IndexReader, Metric, Options};
 use common::{clustered, Rng};
 
 const READERS: usize = 2;
@@ -41,7 +43,12 @@ fn read_u64(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn log_state(dir: &Path, n: u64, e: u64, ids: &BTreeSet<u64>) {
+/// A reader's progress: file generation (compactions seen), then header sequence.
+fn progress(generation: u64, sequence: u64) -> u64 {
+    generation << 40 | sequence
+}
+
+fn log_state(dir: &Path, g: u64, n: u64, e: u64, ids: &BTreeSet<u64>) {
     use std::io::Write;
     let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
     let mut f = fs::OpenOptions::new()
@@ -49,7 +56,7 @@ fn log_state(dir: &Path, n: u64, e: u64, ids: &BTreeSet<u64>) {
         .append(true)
         .open(dir.join("log"))
         .unwrap();
-    writeln!(f, "{n} {e} {}", ids.join(",")).unwrap();
+    writeln!(f, "{g} {n} {e} {}", ids.join(",")).unwrap();
 }
 
 fn writer(dir: &Path) {
@@ -58,7 +65,8 @@ fn writer(dir: &Path) {
     let mut live: BTreeSet<u64> = (0..200).collect();
     let mut rng = Rng::new(3);
     let mut next = 200usize;
-    for _ in 0..FLUSHES {
+    let mut generation = 0;
+    for f in 0..FLUSHES {
         for _ in 0..40 {
             let id = ix.add(&data[next]).unwrap();
             live.insert(id);
@@ -71,28 +79,52 @@ fn writer(dir: &Path) {
             live.remove(&victim);
         }
         ix.flush().unwrap();
-        let info = ix.info().unwrap();
-        log_state(dir, info.committed_count, info.delete_epoch, &live);
-        let t = Instant::now();
-        while (0..READERS).any(|r| read_u64(&dir.join(format!("seen-{r}"))) < info.sequence) {
-            assert!(t.elapsed() < Duration::from_secs(60), "readers stalled");
-            std::thread::sleep(Duration::from_millis(1));
+        commit(dir, &ix, generation, &live);
+        if f == FLUSHES / 2 - 1 || f == FLUSHES - 1 {
+            let m = if f == FLUSHES - 1 { Some(24) } else { None };
+            ix.compact(CompactOptions {
+                m,
+                ef_construction: None,
+            })
+            .unwrap();
+            generation += 1;
+            commit(dir, &ix, generation, &live);
         }
     }
-    write_atomic(&dir.join("done"), &ix.info().unwrap().sequence.to_string());
+    let done = progress(generation, ix.info().unwrap().sequence);
+    write_atomic(&dir.join("done"), &done.to_string());
+}
+
+/// Logs the committed state, then waits until every reader has seen it.
+fn commit(dir: &Path, ix: &Index, generation: u64, live: &BTreeSet<u64>) {
+    let info = ix.info().unwrap();
+    log_state(
+        dir,
+        generation,
+        info.committed_count,
+        info.delete_epoch,
+        live,
+    );
+    let want = progress(generation, info.sequence);
+    let t = Instant::now();
+    while (0..READERS).any(|r| read_u64(&dir.join(format!("seen-{r}"))) < want) {
+        assert!(t.elapsed() < Duration::from_secs(60), "readers stalled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn reader(dir: &Path, me: usize) {
     let data = data();
     let r = IndexReader::open(dir.join("ix.chassis")).unwrap();
     let mut rng = Rng::new(50 + me as u64);
-    let mut got: HashMap<(u64, u64), BTreeSet<u64>> = HashMap::new();
+    let mut got: HashMap<(u64, u64, u64), BTreeSet<u64>> = HashMap::new();
     let mut wrong = 0u64;
     let mut searches = 0u64;
     let mut seen = 0;
     loop {
         let snap = r.snapshot().unwrap();
-        assert!(snap.sequence() >= seen, "a snapshot went back");
+        let now = progress(snap.file_generation(), snap.sequence());
+        assert!(now >= seen, "a snapshot went back");
         for _ in 0..20 {
             let q: Vec<f32> = data[rng.below(data.len())]
                 .iter()
@@ -102,7 +134,11 @@ fn reader(dir: &Path, me: usize) {
             searches += 1;
             wrong += (hits.len() as u64 != snap.len().min(10)) as u64;
             let set = got
-                .entry((snap.committed_count(), snap.delete_epoch()))
+                .entry((
+                    snap.file_generation(),
+                    snap.committed_count(),
+                    snap.delete_epoch(),
+                ))
                 .or_default();
             for h in hits {
                 if (l2(&q, &data[h.id as usize]) - h.distance).abs() > 1e-3 {
@@ -111,8 +147,8 @@ fn reader(dir: &Path, me: usize) {
                 set.insert(h.id);
             }
         }
-        if snap.sequence() > seen {
-            seen = snap.sequence();
+        if now > seen {
+            seen = now;
             write_atomic(&dir.join(format!("seen-{me}")), &seen.to_string());
         }
         let done = read_u64(&dir.join("done"));
@@ -123,7 +159,8 @@ fn reader(dir: &Path, me: usize) {
     let log = fs::read_to_string(dir.join("log")).unwrap();
     let mut states = 0;
     for line in log.lines() {
-        let mut parts = line.splitn(3, ' ');
+        let mut parts = line.splitn(4, ' ');
+        let g: u64 = parts.next().unwrap().parse().unwrap();
         let n: u64 = parts.next().unwrap().parse().unwrap();
         let e: u64 = parts.next().unwrap().parse().unwrap();
         let live: BTreeSet<u64> = parts
@@ -133,8 +170,8 @@ fn reader(dir: &Path, me: usize) {
             .filter(|s| !s.is_empty())
             .map(|s| s.parse().unwrap())
             .collect();
-        let Some(ids) = got.remove(&(n, e)) else {
-            panic!("reader {me} never saw the state N = {n}, E = {e}");
+        let Some(ids) = got.remove(&(g, n, e)) else {
+            panic!("reader {me} never saw the state file {g}, N = {n}, E = {e}");
         };
         states += 1;
         wrong += ids.difference(&live).count() as u64;
@@ -168,7 +205,7 @@ fn a_writer_process_and_two_reader_processes() {
         ix.add(v).unwrap();
     }
     ix.flush().unwrap();
-    log_state(dir, 200, 0, &(0..200).collect());
+    log_state(dir, 0, 200, 0, &(0..200).collect());
     drop(ix);
     let exe = std::env::current_exe().unwrap();
     let spawn = |role: String| {
@@ -196,6 +233,6 @@ fn a_writer_process_and_two_reader_processes() {
             v[0], v[1], v[2]
         );
         assert_eq!(v[1], 0, "reader {r} got wrong results");
-        assert_eq!(v[2], FLUSHES as u64 + 1, "reader {r} missed a flush");
+        assert_eq!(v[2], FLUSHES as u64 + 3, "reader {r} missed a commit");
     }
 }

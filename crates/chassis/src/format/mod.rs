@@ -12,6 +12,7 @@
 
 pub mod geometry;
 pub mod header;
+pub mod hnswlib;
 pub mod live;
 pub mod record;
 pub mod table;

@@ -161,6 +161,8 @@ impl Storage for FileStorage {
         Ok(File::open(dir)?.sync_all()?)
     }
 
+    // The stat field types differ across platforms: the casts are not no-ops everywhere.
+    #[allow(clippy::unnecessary_cast)]
     fn identity(&self) -> Result<Option<super::FileIdentity>> {
         let st = rustix::fs::fstat(&*self.file).map_err(io::Error::from)?;
         Ok(Some(super::FileIdentity {
@@ -183,6 +185,7 @@ impl Storage for FileStorage {
     }
 }
 
+#[allow(clippy::unnecessary_cast)] // stat field types differ across platforms
 pub(super) fn path_identity(path: &Path) -> Result<Option<super::FileIdentity>> {
     match rustix::fs::stat(path) {
         Ok(st) => Ok(Some(super::FileIdentity {
