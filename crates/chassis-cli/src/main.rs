@@ -95,6 +95,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite the index into a new file with only its live vectors and a rebuilt graph
+    /// (reclaims deleted space; the only way to change M). Every id is kept.
+    #[command(after_help = "Example:\n  chassis compact docs.chassis --m 24\n\n\
+        Needs free space for a second copy beside the file. Pending work of other writers is\n\
+        not affected: compact takes the writer lock. Readers move to the new file by themselves.")]
+    Compact {
+        /// Index file (opened as the writer).
+        path: PathBuf,
+        /// New M (default: keep).
+        #[arg(long)]
+        m: Option<usize>,
+        /// New ef_construction for the rebuilt graph (default: keep).
+        #[arg(long)]
+        ef_construction: Option<usize>,
+    },
+    /// Convert an index from another library into a new Chassis file.
+    #[command(
+        after_help = "Example:\n  chassis migrate hnswlib index.bin docs.chassis --metric cosine\n\n\
+        Converts the graph of an hnswlib file (save_index, hnswlib 0.7 or 0.8) instead of\n\
+        rebuilding it: labels become ids, deleted marks become deletes. hnswlib does not store\n\
+        its space, so name it: l2, ip or cosine."
+    )]
+    Migrate {
+        /// Source format (only `hnswlib` so far).
+        #[arg(value_parser = ["hnswlib"])]
+        from: String,
+        /// Source file.
+        src: PathBuf,
+        /// New Chassis file to write (must not exist).
+        dst: PathBuf,
+        /// The hnswlib space the index was built with: l2, ip or cosine.
+        #[arg(long, value_parser = parse_metric)]
+        metric: Metric,
+    },
     /// Build and search an index on built-in synthetic data; reports recall, QPS, build time
     /// and file size.
     #[command(after_help = "Example:\n  chassis demo --n 20000 --dims 128")]
@@ -297,6 +331,58 @@ fn run(cli: Cli) -> Result<()> {
                     i.file_bytes, allocated
                 );
             }
+        }
+        Command::Compact {
+            path,
+            m,
+            ef_construction,
+        } => {
+            let mut index =
+                Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            let bar = progress(index.len() as u64, "compacting");
+            let t = Instant::now();
+            let r = index
+                .compact_with_progress(chassis::CompactOptions { m, ef_construction }, |done, _| {
+                    bar.set_position(done as u64)
+                })
+                .context("compaction failed; the index at the path is unchanged")?;
+            bar.finish_and_clear();
+            println!(
+                "compacted {}: {} live vectors of {} slots, {} -> {} bytes, M = {}, in {:.2} s",
+                path.display(),
+                r.live,
+                r.old_slots,
+                r.old_bytes,
+                r.new_bytes,
+                index.info()?.m,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Command::Migrate {
+            from: _,
+            src,
+            dst,
+            metric,
+        } => {
+            let bar = progress(0, "migrating");
+            let t = Instant::now();
+            let index = Index::migrate_hnswlib_with_progress(&src, &dst, metric, |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })
+            .with_context(|| format!("cannot migrate {}", src.display()))?;
+            bar.finish_and_clear();
+            let i = index.info()?;
+            println!(
+                "migrated {} to {}: {} vectors ({} deleted), {} dims, M = {}, in {:.2} s",
+                src.display(),
+                dst.display(),
+                i.count,
+                i.deleted,
+                i.dims,
+                i.m,
+                t.elapsed().as_secs_f64()
+            );
         }
         Command::Demo {
             n,

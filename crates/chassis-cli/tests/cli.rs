@@ -239,7 +239,9 @@ fn demo_builds_searches_and_reports() {
 
 #[test]
 fn every_command_has_help_with_an_example() {
-    for cmd in ["create", "import", "search", "info", "demo"] {
+    for cmd in [
+        "create", "import", "search", "info", "demo", "compact", "migrate",
+    ] {
         let out = ok(&[cmd, "--help"]);
         assert!(out.contains("Example:"), "{cmd} --help lacks an example");
     }
@@ -303,4 +305,51 @@ fn search_and_info_read_only_while_a_writer_holds_the_file() {
     ]);
     assert!(out.lines().nth(3).unwrap().contains("[51]"), "{out}");
     assert!(w.len() == 60);
+}
+
+#[test]
+fn compact_and_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.chassis");
+    let p = path.to_str().unwrap();
+    let rows = data(300, 8);
+    let mut w = chassis::Index::create(
+        &path,
+        chassis::Options::new(8, chassis::Metric::L2Squared).m(8),
+    )
+    .unwrap();
+    for v in &rows {
+        w.add(v).unwrap();
+    }
+    for id in 0..200 {
+        w.delete(id).unwrap();
+    }
+    w.flush().unwrap();
+    // The writer holds the lock: compact must say so.
+    let out = chassis(&["compact", p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
+    drop(w);
+    let out = ok(&["compact", p, "--m", "12"]);
+    assert!(out.contains("100 live vectors of 300 slots"), "{out}");
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", p, "--json"])).unwrap();
+    assert_eq!(
+        (info["count"].as_u64(), info["m"].as_u64()),
+        (Some(100), Some(12))
+    );
+
+    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../chassis/tests/fixtures/hnswlib/l2.bin");
+    let dst = dir.path().join("m.chassis");
+    let (b, d) = (bin.to_str().unwrap(), dst.to_str().unwrap());
+    let out = ok(&["migrate", "hnswlib", b, d, "--metric", "l2"]);
+    assert!(
+        out.contains("590 vectors (10 deleted), 16 dims, M = 8"),
+        "{out}"
+    );
+    // The destination exists now: a second migration refuses to overwrite it.
+    let out = chassis(&["migrate", "hnswlib", b, d, "--metric", "l2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = chassis(&["migrate", "faiss", b, d, "--metric", "l2"]);
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -852,6 +852,15 @@ impl Index {
     ///
     /// Needs an index opened from a path. The file at the path is replaced, never shrunk.
     pub fn compact(&mut self, options: CompactOptions) -> Result<CompactReport> {
+        self.compact_with_progress(options, |_, _| {})
+    }
+
+    /// [`Index::compact`], calling `progress(done, total)` as live vectors are copied.
+    pub fn compact_with_progress(
+        &mut self,
+        options: CompactOptions,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<CompactReport> {
         self.writable()?;
         let path = self.path.clone().ok_or_else(|| {
             Error::InvalidArgument("compact() needs an index opened from a path".into())
@@ -916,7 +925,11 @@ impl Index {
                 .to_vec();
             renumbered |= id != u64::from(new.count);
             new.insert_prepared(id, v)?;
+            if new.count % 1024 == 0 {
+                progress(new.count as usize, live.len());
+            }
         }
+        progress(live.len(), live.len());
         if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 {
             new.flags |= FLAG_CUSTOM_IDS;
         }
