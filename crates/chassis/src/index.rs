@@ -859,36 +859,23 @@ impl Index {
     pub fn compact_with_progress(
         &mut self,
         options: CompactOptions,
-        mut progress: impl FnMut(usize, usize),
+        progress: impl FnMut(usize, usize),
     ) -> Result<CompactReport> {
         self.writable()?;
         let path = self.path.clone().ok_or_else(|| {
             Error::InvalidArgument("compact() needs an index opened from a path".into())
         })?;
         self.flush()?;
-        let h = self.store.header().clone();
-        let m = options.m.unwrap_or(self.params.m);
-        let mut opts = Options::new(self.dims(), self.metric())
-            .m(m)
-            .ef_construction(
-                options
-                    .ef_construction
-                    .unwrap_or(self.params.ef_construction),
-            )
-            .seed(self.seed);
-        opts.max_layers = self.params.max_layers;
-        if m == self.params.m {
-            opts = opts.geometry(h.geometry);
-        }
+        let opts = self.compact_options(&options)?;
         let new_file = opts.validate()?;
-        let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
         // Room for the second copy: every live slot, its upper layers on average, the fixed
         // area, region rounding, and one allocation step ahead.
+        let live = self.len() as u64;
         let per_slot =
             crate::format::geometry::SegmentLayout::slot_bytes(new_file.dims, new_file.m)
                 + 8 * u64::from(new_file.m);
         let need = format::DATA_START
-            + live.len() as u64 * per_slot * 5 / 4
+            + live * per_slot * 5 / 4
             + 8 * format::REGION_ALIGN
             + crate::storage::ALLOCATE_STEP;
         let dir = match path.parent() {
@@ -914,7 +901,60 @@ impl Index {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        let mut new = Index::create(&tmp, opts)?;
+        let storage = FileStorage::create(&tmp)?;
+        storage.try_lock_exclusive()?;
+        storage.sync_dir()?;
+        let (mut new, report) =
+            self.compact_into_with_progress(Arc::new(storage), options, progress)?;
+        crate::os::rename_durably(&tmp, &path)?;
+        new.path = Some(path);
+        *self = new;
+        Ok(report)
+    }
+
+    /// The storage-level half of [`Index::compact`], for any [`Storage`]: builds the
+    /// compacted index in `storage` (an empty file, locked by the caller), makes it durable,
+    /// then commits the "superseded" flag in this index's file and returns the new index. The
+    /// caller then makes the new file current (for a path, by renaming it over the old one
+    /// and syncing the directory); until then this file is complete and current.
+    pub fn compact_into(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        options: CompactOptions,
+    ) -> Result<(Index, CompactReport)> {
+        self.compact_into_with_progress(storage, options, |_, _| {})
+    }
+
+    fn compact_options(&self, options: &CompactOptions) -> Result<Options> {
+        let m = options.m.unwrap_or(self.params.m);
+        let mut opts = Options::new(self.dims(), self.metric())
+            .m(m)
+            .ef_construction(
+                options
+                    .ef_construction
+                    .unwrap_or(self.params.ef_construction),
+            )
+            .seed(self.seed);
+        opts.max_layers = self.params.max_layers;
+        if m == self.params.m {
+            opts = opts.geometry(self.store.header().geometry);
+        }
+        Ok(opts)
+    }
+
+    fn compact_into_with_progress(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        options: CompactOptions,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<(Index, CompactReport)> {
+        self.writable()?;
+        self.flush()?;
+        let opts = self.compact_options(&options)?;
+        let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
+        let new_file = opts.validate()?;
+        let store = Store::create(storage, &new_file)?;
+        let mut new = Index::from_store(store, None, None)?;
         let mut renumbered = false;
         for &slot in &live {
             let id = self.id_of(slot)?;
@@ -946,10 +986,7 @@ impl Index {
         self.flags |= header::FLAG_SUPERSEDED;
         self.dirty = true;
         self.flush()?;
-        crate::os::rename_durably(&tmp, &path)?;
-        new.path = Some(path);
-        *self = new;
-        Ok(report)
+        Ok((new, report))
     }
 
     /// Converts an hnswlib index file (`Index.save_index` of hnswlib 0.7 or 0.8) into a new

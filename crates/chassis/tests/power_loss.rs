@@ -22,6 +22,10 @@
 //! from the durable image (a power loss), shows the last acknowledged flush or the failed one.
 //! A failed sync drops the pages it was writing, as Linux does.
 //!
+//! **Compaction.** The old file's fsyncs during a compaction (its superseded commit) are
+//! crash points whose images must show the committed state; so must the old file just before
+//! the rename and the new file just after it.
+//!
 //! **Mutants.** Each of the ten protocol breaks in `chassis::mutants` is switched on in turn
 //! and must make the simulator report a violation.
 //!
@@ -36,7 +40,7 @@ use std::sync::Arc;
 
 use chassis::mutants::{self, Mutant};
 use chassis::os::{FaultKind, MemStorage};
-use chassis::{Error, Index, IndexReader, Metric, Options};
+use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
 use common::{clustered, Rng};
 
 const CAP: usize = 64 << 20;
@@ -366,6 +370,65 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
     }
 }
 
+/// Compaction (decision 8): the new file is built and made durable under another name, then
+/// the old file commits "superseded", then a rename makes the new file current. Until the
+/// rename the path names the old file, so every crash image of the old file's fsyncs must
+/// show the committed state; after it the path names the new file, whose durable image must
+/// show that same state (ids and vectors), M changed.
+fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
+    let old = MemStorage::new(CAP).expect("capacity");
+    let mut ix = Index::create_in(Arc::new(old.reopen(true)), opts()).expect("create");
+    let data = clustered(200, 4, 6, 900 + seed);
+    let extra: Vec<Vec<f32>> = data[196..].to_vec();
+    let mut rng = Rng::new(500 + seed);
+    for v in &data[..120] {
+        if let Err(e) = ix.add(v) {
+            return tally.violation(format!("compaction workload add failed: {e}"));
+        }
+    }
+    for _ in 0..40 {
+        let _ = ix.delete(rng.below(120) as u64);
+    }
+    if let Err(e) = ix.flush() {
+        return tally.violation(format!("compaction workload flush failed: {e}"));
+    }
+    let want = match state_of(&ix) {
+        Ok(s) => s,
+        Err(e) => return tally.violation(format!("state unreadable: {e}")),
+    };
+    let before = old.durable_image();
+    old.record_durable_history(true);
+    let new = MemStorage::new(CAP).expect("capacity");
+    let compacted = ix.compact_into(
+        Arc::new(new.reopen(true)),
+        CompactOptions {
+            m: Some(12),
+            ef_construction: None,
+        },
+    );
+    let (nix, report) = match compacted {
+        Ok(r) => r,
+        Err(e) => return tally.violation(format!("compact_into failed: {e}")),
+    };
+    if report.live != want.len() as u64 || state_of(&nix).ok().as_ref() != Some(&want) {
+        tally.violation("the compacted index differs from the old one".into());
+    }
+    drop(nix);
+    drop(ix);
+    // Crashes during the old file's superseded commit: the path still names it.
+    let mut prev = before;
+    for step in old.durable_history() {
+        let m = Moment::at_sync(&prev, &step);
+        crash_point(&m, &[&want], images_per_point, tally, &mut rng, &extra);
+        prev = step;
+    }
+    // Between the superseded commit and the rename, and after the rename.
+    for img in [old.durable_image(), new.durable_image()] {
+        tally.points += 1;
+        check_image(&img, &[&want], tally, &mut rng, 0, &extra);
+    }
+}
+
 fn is_io(e: &Error) -> bool {
     matches!(e, Error::Io(_) | Error::Poisoned)
 }
@@ -486,6 +549,11 @@ fn run_all(seeds: usize, images_per_point: usize, tally: &mut Tally) {
         if tally.done() {
             return;
         }
+    }
+    for seed in 0..seeds as u64 {
+        guarded(tally, "compaction", |t| {
+            simulate_compaction(seed, images_per_point, t)
+        });
     }
     guarded(tally, "fault injection", inject_faults);
 }
