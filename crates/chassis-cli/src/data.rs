@@ -1,4 +1,6 @@
-//! Vector file readers: `.fvecs` (TEXMEX) and `.npy` (2-D float32 or float64, C order).
+//! Vector and id files: `.fvecs` / `.bvecs` / `.ivecs` (TEXMEX), `.npy` (2-D float32 or
+//! float64, C order; 1-D uint64 for ids), JSON lines (`{"id": 7, "vector": [...]}`), and id
+//! lists (one per line).
 
 use std::fs;
 use std::path::Path;
@@ -18,24 +20,235 @@ impl Matrix {
     }
 }
 
-/// Reads `.fvecs` or `.npy`, chosen by extension.
+/// Reads `.fvecs`, `.bvecs`, `.npy` or JSON lines (`.jsonl`, ids dropped), chosen by
+/// extension.
 pub fn read_vectors(path: &Path) -> Result<Matrix> {
+    Ok(read_vectors_with_ids(path)?.0)
+}
+
+/// Like [`read_vectors`], also returning the ids a JSON-lines file carries (all or none).
+pub fn read_vectors_with_ids(path: &Path) -> Result<(Matrix, Option<Vec<u64>>)> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
     let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    match ext.as_str() {
+    let m = match ext.as_str() {
         "fvecs" => parse_fvecs(&bytes)
-            .with_context(|| format!("{} is not a valid .fvecs file", path.display())),
+            .with_context(|| format!("{} is not a valid .fvecs file", path.display()))?,
+        "bvecs" => parse_bvecs(&bytes)
+            .with_context(|| format!("{} is not a valid .bvecs file", path.display()))?,
         "npy" => parse_npy(&bytes)
-            .with_context(|| format!("{} is not a valid .npy file", path.display())),
+            .with_context(|| format!("{} is not a valid .npy file", path.display()))?,
+        "jsonl" | "ndjson" | "json" => {
+            let text = std::str::from_utf8(&bytes)
+                .with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+            return parse_jsonl(text).with_context(|| format!("{}", path.display()));
+        }
         _ => bail!(
-            "{}: unsupported vector file (use .fvecs or .npy)",
+            "{}: unsupported vector file (use .fvecs, .bvecs, .npy or .jsonl)",
             path.display()
         ),
+    };
+    Ok((m, None))
+}
+
+/// JSON lines: `{"id": 7, "vector": [...]}` (the id optional, but all or none) or a bare
+/// array per line. Blank lines are skipped.
+pub fn parse_jsonl(text: &str) -> Result<(Matrix, Option<Vec<u64>>)> {
+    let mut data = Vec::new();
+    let mut ids = Vec::new();
+    let mut dims = None;
+    let mut rows = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("line {}: not JSON", i + 1))?;
+        let (id, vector) = match &v {
+            serde_json::Value::Array(_) => (None, &v),
+            serde_json::Value::Object(o) => (
+                o.get("id"),
+                o.get("vector")
+                    .with_context(|| format!("line {}: no \"vector\"", i + 1))?,
+            ),
+            _ => bail!("line {}: expected an object or an array", i + 1),
+        };
+        let values: Vec<f32> = vector
+            .as_array()
+            .with_context(|| format!("line {}: \"vector\" is not an array", i + 1))?
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32))
+            .collect::<Option<_>>()
+            .with_context(|| format!("line {}: the vector holds a non-number", i + 1))?;
+        match dims {
+            None => dims = Some(values.len()),
+            Some(d) if d != values.len() => {
+                bail!(
+                    "line {}: {} values, earlier lines have {d}",
+                    i + 1,
+                    values.len()
+                )
+            }
+            _ => {}
+        }
+        match id {
+            Some(id) => {
+                ids.push(id.as_u64().with_context(|| {
+                    format!("line {}: \"id\" must be an unsigned integer", i + 1)
+                })?)
+            }
+            None if !ids.is_empty() => bail!("line {}: no \"id\", earlier lines have one", i + 1),
+            None => {}
+        }
+        if !ids.is_empty() && ids.len() != rows + 1 {
+            bail!("line {}: has an \"id\", earlier lines have none", i + 1);
+        }
+        data.extend(values);
+        rows += 1;
     }
+    let dims = dims.context("no vectors")?;
+    if dims == 0 {
+        bail!("vectors are empty");
+    }
+    let ids = (!ids.is_empty()).then_some(ids);
+    Ok((Matrix { rows, dims, data }, ids))
+}
+
+/// Ids from a `.npy` of uint64 (1-D) or a text file of one id per line.
+pub fn read_ids(path: &Path) -> Result<Vec<u64>> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.starts_with(b"\x93NUMPY") {
+        return parse_npy_u64(&bytes)
+            .with_context(|| format!("{} is not a 1-D uint64 .npy file", path.display()));
+    }
+    let text = std::str::from_utf8(&bytes)
+        .with_context(|| format!("{} is neither .npy nor text", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            l.trim()
+                .parse::<u64>()
+                .with_context(|| format!("{} line {}: not an id: {l:?}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn npy_header(b: &[u8]) -> Result<(&str, &[u8])> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        bail!("no NUMPY magic");
+    }
+    let (hlen, start) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 => {
+            if b.len() < 12 {
+                bail!("truncated header");
+            }
+            (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
+        }
+        v => bail!("unsupported .npy version {v}"),
+    };
+    let header = b.get(start..start + hlen).context("truncated header")?;
+    let header = std::str::from_utf8(header).context("header is not text")?;
+    Ok((header, &b[start + hlen..]))
+}
+
+fn parse_npy_u64(b: &[u8]) -> Result<Vec<u64>> {
+    let (header, body) = npy_header(b)?;
+    let descr = dict_value(header, "descr").context("no descr")?;
+    if !descr.starts_with("'<u8'") && !descr.starts_with("'<i8'") {
+        bail!("dtype must be uint64 (or non-negative int64)");
+    }
+    let shape = dict_value(header, "shape").context("no shape")?;
+    let inner = shape
+        .strip_prefix('(')
+        .and_then(|s| s.split(')').next())
+        .context("bad shape")?;
+    let dims: Vec<usize> = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("bad shape")?;
+    let [n] = dims[..] else {
+        bail!("ids must be a 1-D array, shape is ({inner})")
+    };
+    let need = n.checked_mul(8).context("shape too large")?;
+    if body.len() < need {
+        bail!("file holds {} data bytes, shape needs {need}", body.len());
+    }
+    let signed = descr.starts_with("'<i8'");
+    body[..need]
+        .chunks_exact(8)
+        .map(|c| {
+            let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            if signed && (v as i64) < 0 {
+                bail!("negative id {}", v as i64);
+            }
+            Ok(v)
+        })
+        .collect()
+}
+
+/// `.bvecs`: each record a little-endian i32 dimension, then that many unsigned bytes.
+pub fn parse_bvecs(b: &[u8]) -> Result<Matrix> {
+    if b.len() < 4 {
+        bail!("file is empty");
+    }
+    let dims = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    if dims <= 0 || dims > 65_536 {
+        bail!("bad dimension {dims} in the first record");
+    }
+    let dims = dims as usize;
+    let rec = 4 + dims;
+    if !b.len().is_multiple_of(rec) {
+        bail!(
+            "length {} is not a whole number of {dims}-d records",
+            b.len()
+        );
+    }
+    let rows = b.len() / rec;
+    let mut data = Vec::with_capacity(rows * dims);
+    for r in 0..rows {
+        let at = r * rec;
+        let d = i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        if d as usize != dims {
+            bail!("record {r} has dimension {d}, expected {dims}");
+        }
+        data.extend(b[at + 4..at + rec].iter().map(|&x| f32::from(x)));
+    }
+    Ok(Matrix { rows, dims, data })
+}
+
+/// `.ivecs` (ground truth): each record a little-endian i32 count, then that many i32.
+pub fn read_ivecs(path: &Path) -> Result<Vec<Vec<u64>>> {
+    let b = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        let n = b
+            .get(at..at + 4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .with_context(|| format!("{}: truncated record", path.display()))?;
+        if n < 0 {
+            bail!("{}: negative record length", path.display());
+        }
+        let end = at + 4 + 4 * n as usize;
+        let body = b
+            .get(at + 4..end)
+            .with_context(|| format!("{}: truncated record", path.display()))?;
+        out.push(
+            body.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u64)
+                .collect(),
+        );
+        at = end;
+    }
+    Ok(out)
 }
 
 /// Reads vectors for an index of `dims` dimensions; a file of other dimensions is an error.
@@ -84,7 +297,7 @@ pub fn parse_fvecs(b: &[u8]) -> Result<Matrix> {
     Ok(Matrix { rows, dims, data })
 }
 
-#[cfg(test)]
+/// Writes `.fvecs`.
 pub fn write_fvecs(path: &Path, rows: &[Vec<f32>]) -> Result<()> {
     let mut out = Vec::new();
     for r in rows {
@@ -103,21 +316,7 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 }
 
 pub fn parse_npy(b: &[u8]) -> Result<Matrix> {
-    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
-        bail!("no NUMPY magic");
-    }
-    let (hlen, start) = match b[6] {
-        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
-        2 | 3 => {
-            if b.len() < 12 {
-                bail!("truncated header");
-            }
-            (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12)
-        }
-        v => bail!("unsupported .npy version {v}"),
-    };
-    let header = b.get(start..start + hlen).context("truncated header")?;
-    let header = std::str::from_utf8(header).context("header is not text")?;
+    let (header, body) = npy_header(b)?;
     let descr = dict_value(header, "descr").context("no descr")?;
     let width = if descr.starts_with("'<f4'") {
         4
@@ -147,7 +346,6 @@ pub fn parse_npy(b: &[u8]) -> Result<Matrix> {
     let [rows, dims] = dims_list[..] else {
         bail!("array must be 2-D, has shape ({inner})")
     };
-    let body = &b[start + hlen..];
     let need = rows
         .checked_mul(dims)
         .and_then(|n| n.checked_mul(width))
@@ -169,11 +367,20 @@ pub fn parse_npy(b: &[u8]) -> Result<Matrix> {
     Ok(Matrix { rows, dims, data })
 }
 
-/// Writes a 2-D float32 `.npy` (used by tests).
-#[cfg(test)]
+/// Writes a 1-D uint64 `.npy`.
+pub fn write_npy_u64(path: &Path, ids: &[u64]) -> Result<()> {
+    let bytes: Vec<u8> = ids.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy_raw(path, "<u8", &format!("({},)", ids.len()), &bytes)
+}
+
+/// Writes a 2-D float32 `.npy`.
 pub fn write_npy(path: &Path, rows: usize, dims: usize, data: &[f32]) -> Result<()> {
-    let mut header =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dims}), }}");
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy_raw(path, "<f4", &format!("({rows}, {dims})"), &bytes)
+}
+
+fn write_npy_raw(path: &Path, descr: &str, shape: &str, body: &[u8]) -> Result<()> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -181,9 +388,7 @@ pub fn write_npy(path: &Path, rows: usize, dims: usize, data: &[f32]) -> Result<
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
     out.extend((header.len() as u16).to_le_bytes());
     out.extend(header.as_bytes());
-    for x in data {
-        out.extend(x.to_le_bytes());
-    }
+    out.extend_from_slice(body);
     fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }
 

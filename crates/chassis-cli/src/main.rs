@@ -1,8 +1,9 @@
 //! `chassis`: create, fill, search and inspect Chassis index files.
 //!
 //! Exit codes: 0 success; 1 an error (one line on stderr, `chassis: error: ...`); 2 bad
-//! arguments (from the argument parser, with usage).
+//! arguments (from the argument parser, with usage); 3 `check` found problems.
 
+mod commands;
 mod data;
 mod demo;
 
@@ -15,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use chassis::{Index, IndexReader, Metric, Options};
+use chassis::{Index, Metric, Options};
 
 #[derive(Parser)]
 #[command(name = "chassis", version, about = "Embedded vector search in one crash-safe file", long_about = None)]
@@ -44,33 +45,52 @@ enum Command {
         #[arg(long, default_value_t = chassis::DEFAULT_EF_CONSTRUCTION)]
         ef_construction: usize,
     },
-    /// Add vectors from a .fvecs or .npy (2-D float32/float64) file; flushes once at the end.
+    /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
-        after_help = "Example:\n  chassis import docs.chassis embeddings.npy\n\n\
-        The index assigns ids consecutively: the first import into an empty index gives ids\n\
-        0..n-1 in file order. Nothing is durable until the final flush completes."
+        after_help = "Examples:\n  chassis import docs.chassis embeddings.npy\n  \
+        chassis import docs.chassis docs.jsonl            # {\"id\": 7, \"vector\": [...]} per line\n  \
+        chassis import docs.chassis emb.npy --ids ids.npy --flush-every 100000\n\n\
+        Without ids the index assigns them consecutively (the first import into an empty index\n\
+        gives 0..n-1 in file order). By default nothing is durable until the one flush at the\n\
+        end: an interrupted import commits nothing. --flush-every N commits in pieces instead:\n\
+        an interrupted import keeps every piece flushed before it."
     )]
     Import {
         /// Index file (opened as the writer).
         path: PathBuf,
-        /// Vectors: .fvecs or .npy.
+        /// Vectors: .fvecs, .bvecs, .npy or .jsonl.
         file: PathBuf,
+        /// Ids for the vectors, in order: a 1-D uint64 .npy or a text file of one id per line.
+        #[arg(long)]
+        ids: Option<PathBuf>,
+        /// Vectors added per step (progress granularity).
+        #[arg(long, default_value_t = 10_000)]
+        batch: usize,
+        /// Flush after every N vectors, committing the import in pieces (0: once, at the end).
+        #[arg(long, default_value_t = 0)]
+        flush_every: usize,
     },
-    /// Search with every vector of a query file.
+    /// Search with a vector, a query file, or JSON lines on stdin.
     #[command(
-        after_help = "Example:\n  chassis search docs.chassis --query-file queries.fvecs -k 10 --json"
+        after_help = "Examples:\n  chassis search docs.chassis --query-file queries.fvecs -k 10 --json\n  \
+        chassis search docs.chassis --vector 0.1,0.2,0.3,0.4\n  \
+        echo '[0.1, 0.2, 0.3, 0.4]' | chassis search docs.chassis\n\n\
+        Search always reads through the lock-free reader: it works while a writer holds the file\n\
+        and sees what is committed when each query runs."
     )]
     Search {
-        /// Index file. Search always goes through the lock-free reader: it works while a
-        /// writer holds the file and sees what is committed when each query runs.
+        /// Index file.
         path: PathBuf,
         /// Read without the writer lock (always the case for search; accepted for scripts
         /// that say so explicitly).
         #[arg(long)]
         read_only: bool,
-        /// Queries: .fvecs or .npy.
+        /// One query, as comma-separated numbers.
+        #[arg(long, allow_hyphen_values = true)]
+        vector: Option<String>,
+        /// Queries: .fvecs, .bvecs, .npy or .jsonl.
         #[arg(long)]
-        query_file: PathBuf,
+        query_file: Option<PathBuf>,
         /// Results per query.
         #[arg(short, long, default_value_t = 10)]
         k: usize,
@@ -80,6 +100,49 @@ enum Command {
         /// One JSON line per query: {"ids": [...], "distances": [...]}, nearest first.
         #[arg(long)]
         json: bool,
+    },
+    /// Print stored vectors by id.
+    #[command(after_help = "Example:\n  chassis get docs.chassis 7 42 --json")]
+    Get {
+        /// Index file (read without the lock).
+        path: PathBuf,
+        /// Ids.
+        #[arg(required = true)]
+        ids: Vec<u64>,
+        /// One JSON line per id: {"id": 7, "vector": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete vectors by id and flush.
+    #[command(
+        after_help = "Examples:\n  chassis delete docs.chassis 7 42\n  chassis delete docs.chassis --ids-file stale.txt\n\n\
+        All the ids are deleted in one flush, or none: an unknown id is an error before anything\n\
+        is committed. --no-flush only checks that every id exists and commits nothing."
+    )]
+    Delete {
+        /// Index file (opened as the writer).
+        path: PathBuf,
+        /// Ids.
+        ids: Vec<u64>,
+        /// More ids: a 1-D uint64 .npy or one id per line.
+        #[arg(long)]
+        ids_file: Option<PathBuf>,
+        /// Check the ids and commit nothing.
+        #[arg(long)]
+        no_flush: bool,
+    },
+    /// Write every live vector to .npy or .fvecs, and their ids to a .npy beside it.
+    #[command(
+        after_help = "Example:\n  chassis export docs.chassis out.npy     # also writes out.ids.npy (uint64)"
+    )]
+    Export {
+        /// Index file (read without the lock).
+        path: PathBuf,
+        /// Output: .npy (float32, n x dims) or .fvecs, in slot order.
+        out: PathBuf,
+        /// Where the ids go (default: the output with extension .ids.npy).
+        #[arg(long)]
+        ids_out: Option<PathBuf>,
     },
     /// Describe an index file.
     #[command(after_help = "Example:\n  chassis info docs.chassis --json")]
@@ -92,6 +155,50 @@ enum Command {
         #[arg(long)]
         read_only: bool,
         /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the file's integrity, like PRAGMA integrity_check.
+    #[command(after_help = "Example:\n  chassis check docs.chassis --recall 200\n\n\
+        Checks both header copies, table pages and region offsets, every slot header, every\n\
+        neighbor id, upper-layer references and layer counts, the entry point, reachability of\n\
+        every live vector, and live-id uniqueness. Prints one line per problem and exits 3 if\n\
+        there is any; 0 and \"ok\" when all is well. Reads without the lock.")]
+    Check {
+        /// Index file.
+        path: PathBuf,
+        /// Also measure recall@10 on this many sampled stored vectors against brute force.
+        #[arg(long, default_value_t = 0)]
+        recall: usize,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure recall and queries per second over an ef sweep.
+    #[command(
+        after_help = "Example:\n  chassis bench docs.chassis --queries q.fvecs --groundtruth gt.ivecs --ef 16,32,64,128\n\n\
+        Without --groundtruth the exact answers come from brute force over the live vectors.\n\
+        Reports recall@k, QPS on one thread and on --threads threads, and p50/p99 latency."
+    )]
+    Bench {
+        /// Index file (read without the lock).
+        path: PathBuf,
+        /// Queries: .fvecs, .bvecs or .npy.
+        #[arg(long)]
+        queries: PathBuf,
+        /// Exact neighbor ids per query (.ivecs), as the index's ids.
+        #[arg(long)]
+        groundtruth: Option<PathBuf>,
+        /// Results per query.
+        #[arg(short, long, default_value_t = 10)]
+        k: usize,
+        /// Beam widths to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [16usize, 32, 64, 128, 256])]
+        ef: Vec<usize>,
+        /// Threads for the multi-thread pass (0: every core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// One JSON line per ef.
         #[arg(long)]
         json: bool,
     },
@@ -195,143 +302,66 @@ fn run(cli: Cli) -> Result<()> {
                 metric.name()
             );
         }
-        Command::Import { path, file } => {
-            let mut index =
-                Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-            let m = data::read_vectors_for(&file, index.dims())?;
-            let t = Instant::now();
-            let bar = progress(m.rows as u64, "importing");
-            let mut first = None;
-            for i in 0..m.rows {
-                let id = index
-                    .add(m.row(i))
-                    .with_context(|| format!("vector {i} of {}", file.display()))?;
-                first.get_or_insert(id);
-                bar.inc(1);
-            }
-            index
-                .flush()
-                .context("flush failed; nothing from this import was committed")?;
-            bar.finish_and_clear();
-            let secs = t.elapsed().as_secs_f64();
-            match first {
-                Some(f) => println!(
-                    "imported {} vectors (ids {}..={}) in {secs:.2} s; index holds {}",
-                    m.rows,
-                    f,
-                    f + m.rows as u64 - 1,
-                    index.len()
-                ),
-                None => println!("imported 0 vectors; index holds {}", index.len()),
-            }
-        }
+        Command::Import {
+            path,
+            file,
+            ids,
+            batch,
+            flush_every,
+        } => commands::import(commands::ImportArgs {
+            path,
+            file,
+            ids,
+            batch,
+            flush_every,
+        })?,
         Command::Search {
             path,
+            vector,
             query_file,
             k,
             ef,
             json,
             read_only: _,
-        } => {
-            let index = IndexReader::open(&path)
-                .with_context(|| format!("cannot open {}", path.display()))?;
-            let q = data::read_vectors_for(&query_file, index.dims())?;
-            for i in 0..q.rows {
-                let hits = index
-                    .search(q.row(i), k, ef)
-                    .with_context(|| format!("query {i}"))?;
-                if json {
-                    let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
-                    let d: Vec<f32> = hits.iter().map(|h| h.distance).collect();
-                    println!("{}", serde_json::json!({ "ids": ids, "distances": d }));
-                } else {
-                    println!("query {i}:");
-                    println!("  {:>5}  {:>20}  {:>12}", "rank", "id", "distance");
-                    for (r, h) in hits.iter().enumerate() {
-                        println!("  {:>5}  {:>20}  {:>12.6}", r + 1, h.id, h.distance);
-                    }
-                }
-            }
-        }
+        } => commands::search(commands::SearchArgs {
+            path,
+            vector,
+            query_file,
+            k,
+            ef,
+            json,
+        })?,
+        Command::Get { path, ids, json } => commands::get(&path, &ids, json)?,
+        Command::Delete {
+            path,
+            ids,
+            ids_file,
+            no_flush,
+        } => commands::delete(&path, ids, ids_file.as_deref(), no_flush)?,
+        Command::Export { path, out, ids_out } => commands::export(&path, &out, ids_out)?,
         Command::Info {
             path,
             json,
             read_only: _,
-        } => {
-            let index = Index::open_read_only(&path)
-                .with_context(|| format!("cannot open {}", path.display()))?;
-            let i = index.info()?;
-            let routing_count = IndexReader::open(&path)?.snapshot()?.routing_count();
-            let allocated = {
-                use std::os::unix::fs::MetadataExt;
-                std::fs::metadata(&path)?.blocks() * 512
-            };
-            let g = i.geometry;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "dims": i.dims, "metric": i.metric.name(), "m": i.m, "m0": i.m0,
-                        "ef_construction": i.ef_construction,
-                        "count": i.count, "deleted": i.deleted, "committed_count": i.committed_count,
-                        "delete_epoch": i.delete_epoch, "pending_delete_epoch": i.pending_delete_epoch,
-                        "sequence": i.sequence, "header_copy": i.header_copy.to_string(),
-                        "read_version": i.versions.0, "write_version": i.versions.1,
-                        "segment_base_slots": 1u64 << g.segment_base_log2,
-                        "segment_doublings": g.segment_doublings,
-                        "segment_slots": 1u64 << (g.segment_base_log2 + g.segment_doublings),
-                        "segments": i.segments, "upper_heap_chunks": i.upper_heap_chunks,
-                        "table_pages": i.table_pages, "custom_ids": i.custom_ids,
-                        "file_bytes": i.file_bytes, "allocated_bytes": allocated,
-                        "routing_count": routing_count,
-                    })
-                );
-            } else {
-                println!("file:          {}", path.display());
-                println!(
-                    "format:        read version {}, write version {}",
-                    i.versions.0, i.versions.1
-                );
-                println!(
-                    "header:        sequence {} in copy {}",
-                    i.sequence, i.header_copy
-                );
-                println!(
-                    "vectors:       {} live, {} deleted, {} committed slots",
-                    i.count, i.deleted, i.committed_count
-                );
-                println!("dims/metric:   {} / {}", i.dims, i.metric.name());
-                println!(
-                    "graph:         M={} M0={} ef_construction={} top layer {}",
-                    i.m, i.m0, i.ef_construction, i.max_layer
-                );
-                println!(
-                    "delete epoch:  {} (pending {})",
-                    i.delete_epoch, i.pending_delete_epoch
-                );
-                println!("routing count: {routing_count} (slots a writer has published)");
-                println!(
-                    "geometry:      K={} C={} slots; {} segments, {} heap chunks, {} table pages",
-                    g.segment_doublings,
-                    1u64 << (g.segment_base_log2 + g.segment_doublings),
-                    i.segments,
-                    i.upper_heap_chunks,
-                    i.table_pages
-                );
-                println!(
-                    "ids:           {}",
-                    if i.custom_ids {
-                        "caller-assigned"
-                    } else {
-                        "index-assigned"
-                    }
-                );
-                println!(
-                    "size:          {} bytes logical, {} allocated",
-                    i.file_bytes, allocated
-                );
-            }
-        }
+        } => commands::info(&path, json)?,
+        Command::Check { path, recall, json } => commands::check(&path, recall, json)?,
+        Command::Bench {
+            path,
+            queries,
+            groundtruth,
+            k,
+            ef,
+            threads,
+            json,
+        } => commands::bench(commands::BenchArgs {
+            path,
+            queries,
+            groundtruth,
+            k,
+            efs: ef,
+            threads,
+            json,
+        })?,
         Command::Compact {
             path,
             m,
@@ -414,9 +444,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("chassis: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<commands::ProblemsFound>() {
+            Some(p) => {
+                eprintln!("chassis: check: {p}");
+                ExitCode::from(3)
+            }
+            None => {
+                eprintln!("chassis: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -240,10 +240,18 @@ fn demo_builds_searches_and_reports() {
 #[test]
 fn every_command_has_help_with_an_example() {
     for cmd in [
-        "create", "import", "search", "info", "demo", "compact", "migrate",
+        "create", "import", "search", "get", "delete", "export", "info", "check", "bench",
+        "compact", "migrate", "demo",
     ] {
         let out = ok(&[cmd, "--help"]);
-        assert!(out.contains("Example:"), "{cmd} --help lacks an example");
+        assert!(
+            out.contains("Example:") || out.contains("Examples:"),
+            "{cmd} --help lacks an example"
+        );
+        assert!(
+            out.contains(&format!("chassis {cmd}")),
+            "{cmd}: example uses the command"
+        );
     }
 }
 
@@ -352,4 +360,369 @@ fn compact_and_migrate() {
     assert_eq!(out.status.code(), Some(1));
     let out = chassis(&["migrate", "faiss", b, d, "--metric", "l2"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+fn run_with_stdin(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chassis"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn fails(args: &[&str], code: i32, needle: &str) {
+    let out = chassis(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "chassis {args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "chassis {args:?}: {err:?} lacks {needle:?}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn import_formats_ids_and_flushing_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let rows = data(40, 4);
+    // JSON lines with ids.
+    let jsonl: String = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("{{\"id\": {}, \"vector\": {:?}}}\n", 100 + i, r))
+        .collect();
+    std::fs::write(p("v.jsonl"), jsonl).unwrap();
+    ok(&["create", &p("j.chassis"), "--dims", "4", "--metric", "l2"]);
+    let out = ok(&["import", &p("j.chassis"), &p("v.jsonl")]);
+    assert!(out.contains("imported 40 vectors (ids 100..=139)"), "{out}");
+    let got = ok(&["get", &p("j.chassis"), "105", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(got.trim()).unwrap();
+    assert_eq!(v["vector"][0].as_f64().unwrap() as f32, rows[5][0]);
+    // .bvecs (bytes become floats), with ids from a text file.
+    let mut b = Vec::new();
+    for i in 0..10u8 {
+        b.extend(4i32.to_le_bytes());
+        b.extend([i, 2 * i, 3, 4]);
+    }
+    std::fs::write(p("v.bvecs"), b).unwrap();
+    let ids: String = (0..10).map(|i| format!("{}\n", 7000 + i)).collect();
+    std::fs::write(p("ids.txt"), ids).unwrap();
+    ok(&["create", &p("b.chassis"), "--dims", "4", "--metric", "l2"]);
+    ok(&[
+        "import",
+        &p("b.chassis"),
+        &p("v.bvecs"),
+        "--ids",
+        &p("ids.txt"),
+    ]);
+    assert_eq!(
+        ok(&["get", &p("b.chassis"), "7003"]).trim(),
+        "7003: 3,6,3,4"
+    );
+    // --flush-every commits in pieces: a duplicate id at vector 25 stops the import.
+    write_npy(Path::new(&p("v.npy")), &rows);
+    let dup: String = (0..40)
+        .map(|i| format!("{}\n", if i == 25 { 3 } else { i }))
+        .collect();
+    std::fs::write(p("dup.txt"), dup).unwrap();
+    ok(&["create", &p("f.chassis"), "--dims", "4", "--metric", "l2"]);
+    let out = chassis(&[
+        "import",
+        &p("f.chassis"),
+        &p("v.npy"),
+        "--ids",
+        &p("dup.txt"),
+        "--flush-every",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&["info", &p("f.chassis"), "--json"])).unwrap();
+    assert_eq!(info["count"], 20, "two pieces of 10 were committed");
+    ok(&["create", &p("g.chassis"), "--dims", "4", "--metric", "l2"]);
+    let out = chassis(&[
+        "import",
+        &p("g.chassis"),
+        &p("v.npy"),
+        "--ids",
+        &p("dup.txt"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&["info", &p("g.chassis"), "--json"])).unwrap();
+    assert_eq!(info["count"], 0, "one flush at the end: nothing committed");
+    fails(
+        &[
+            "import",
+            &p("g.chassis"),
+            &p("v.npy"),
+            "--ids",
+            &p("ids.txt"),
+        ],
+        1,
+        "10 ids for 40 vectors",
+    );
+    fails(
+        &[
+            "import",
+            &p("g.chassis"),
+            &p("v.jsonl"),
+            "--ids",
+            &p("ids.txt"),
+        ],
+        1,
+        "don't also pass --ids",
+    );
+}
+
+#[test]
+fn search_get_delete_export_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let rows = data(200, 6);
+    write_npy(Path::new(&p("v.npy")), &rows);
+    ok(&[
+        "create",
+        &p("x.chassis"),
+        "--dims",
+        "6",
+        "--metric",
+        "l2",
+        "--m",
+        "8",
+    ]);
+    ok(&["import", &p("x.chassis"), &p("v.npy")]);
+    // --vector, and JSON lines on stdin.
+    let v: Vec<String> = rows[17].iter().map(|x| x.to_string()).collect();
+    let out = ok(&[
+        "search",
+        &p("x.chassis"),
+        "--vector",
+        &v.join(","),
+        "-k",
+        "3",
+    ]);
+    assert!(
+        out.contains("rank") && out.lines().nth(2).unwrap().contains(" 17 "),
+        "{out}"
+    );
+    let input = format!("{:?}\n{{\"vector\": {:?}}}\n", rows[3], rows[4]);
+    let out = run_with_stdin(&["search", &p("x.chassis"), "-k", "1", "--json"], &input);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines().next().unwrap().contains("[3]")
+            && text.lines().nth(1).unwrap().contains("[4]"),
+        "{text}"
+    );
+    fails(&["search", &p("x.chassis"), "--vector", "1,2"], 1, "2 dims");
+    fails(
+        &["search", &p("x.chassis"), "--vector", "1,x,3,4,5,6"],
+        1,
+        "not a number",
+    );
+    fails(&["get", &p("x.chassis"), "999"], 1, "999");
+    // delete: all or nothing; --no-flush commits nothing.
+    fails(&["delete", &p("x.chassis"), "1", "999"], 1, "999");
+    assert!(ok(&["get", &p("x.chassis"), "1"]).starts_with("1: "));
+    std::fs::write(p("del.txt"), "5\n6\n").unwrap();
+    let out = ok(&[
+        "delete",
+        &p("x.chassis"),
+        "1",
+        "2",
+        "--ids-file",
+        &p("del.txt"),
+        "--no-flush",
+    ]);
+    assert!(out.contains("nothing was committed"));
+    assert!(ok(&["get", &p("x.chassis"), "5"]).starts_with("5: "));
+    let out = ok(&[
+        "delete",
+        &p("x.chassis"),
+        "1",
+        "2",
+        "--ids-file",
+        &p("del.txt"),
+    ]);
+    assert!(out.contains("deleted 4 ids; index holds 196"), "{out}");
+    fails(&["get", &p("x.chassis"), "5"], 1, "5");
+    // export to .npy and .fvecs, with ids; a reimport gives the same vectors.
+    let out = ok(&["export", &p("x.chassis"), &p("out.npy")]);
+    assert!(out.contains("exported 196 vectors"), "{out}");
+    ok(&[
+        "export",
+        &p("x.chassis"),
+        &p("out.fvecs"),
+        "--ids-out",
+        &p("ids2.npy"),
+    ]);
+    assert_eq!(
+        std::fs::read(p("out.ids.npy")).unwrap(),
+        std::fs::read(p("ids2.npy")).unwrap()
+    );
+    ok(&["create", &p("y.chassis"), "--dims", "6", "--metric", "l2"]);
+    ok(&[
+        "import",
+        &p("y.chassis"),
+        &p("out.fvecs"),
+        "--ids",
+        &p("out.ids.npy"),
+    ]);
+    for id in ["0", "3", "150", "199"] {
+        assert_eq!(
+            ok(&["get", &p("y.chassis"), id]),
+            ok(&["get", &p("x.chassis"), id])
+        );
+    }
+    fails(
+        &["export", &p("x.chassis"), &p("out.csv")],
+        1,
+        ".npy or .fvecs",
+    );
+}
+
+#[test]
+fn check_reports_a_corrupted_index_and_bench_measures() {
+    use chassis::format::{geometry::SegmentLayout, record};
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let rows = data(300, 8);
+    write_fvecs(Path::new(&p("v.fvecs")), &rows);
+    ok(&[
+        "create",
+        &p("c.chassis"),
+        "--dims",
+        "8",
+        "--metric",
+        "l2",
+        "--m",
+        "8",
+    ]);
+    ok(&["import", &p("c.chassis"), &p("v.fvecs")]);
+    let out = ok(&["check", &p("c.chassis"), "--recall", "50"]);
+    assert!(
+        out.trim().ends_with("ok") && out.contains("recall@10 on 50 stored vectors"),
+        "{out}"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&["info", &p("c.chassis"), "--json"])).unwrap();
+    assert_eq!(info["header_a"]["valid"], true);
+    assert_eq!(info["header_b"]["valid"], true);
+    assert!(info["bytes_per_live_vector"].as_f64().unwrap() > 0.0);
+    // bench, against a ground truth it is given and against brute force.
+    let mut gt = Vec::new();
+    for i in 0..20 {
+        gt.extend(10i32.to_le_bytes());
+        let mut d: Vec<(f32, i32)> = rows
+            .iter()
+            .enumerate()
+            .map(|(j, r)| {
+                (
+                    r.iter().zip(&rows[i]).map(|(a, b)| (a - b) * (a - b)).sum(),
+                    j as i32,
+                )
+            })
+            .collect();
+        d.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (_, j) in d.into_iter().take(10) {
+            gt.extend(j.to_le_bytes());
+        }
+    }
+    std::fs::write(p("gt.ivecs"), gt).unwrap();
+    write_fvecs(Path::new(&p("q.fvecs")), &rows[..20]);
+    let out = ok(&[
+        "bench",
+        &p("c.chassis"),
+        "--queries",
+        &p("q.fvecs"),
+        "--groundtruth",
+        &p("gt.ivecs"),
+        "--ef",
+        "16,64",
+        "--json",
+    ]);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[1]["recall"].as_f64().unwrap() >= 0.9, "{out}");
+    let out = ok(&[
+        "bench",
+        &p("c.chassis"),
+        "--queries",
+        &p("q.fvecs"),
+        "--ef",
+        "64",
+        "--threads",
+        "2",
+    ]);
+    assert!(
+        out.contains("recall@10") && out.contains("QPS 2 thr"),
+        "{out}"
+    );
+    fails(
+        &[
+            "bench",
+            &p("c.chassis"),
+            "--queries",
+            &p("q.fvecs"),
+            "--ef",
+            "0",
+        ],
+        1,
+        "at least 1",
+    );
+
+    // Corrupt slot 5's first level-0 neighbor word on disk.
+    let (segs, g, m) = {
+        let ix = chassis::Index::open_read_only(p("c.chassis")).unwrap();
+        (
+            ix.store().region_offsets().0,
+            ix.store().geometry(),
+            ix.info().unwrap().m as u32,
+        )
+    };
+    let layout = SegmentLayout::new(g.segment_slots(0), 8, m);
+    let at = segs[0]
+        + layout.records_at
+        + 5 * record::level0_record_bytes(m)
+        + record::RECORD_NEIGHBORS_AT;
+    let mut bytes = std::fs::read(p("c.chassis")).unwrap();
+    bytes[at as usize..at as usize + 4].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+    // And damage the older header copy's checksum (the current one stays readable).
+    let older = if info["header_copy"] == "A" { 1 } else { 0 };
+    bytes[65_536 * older + 232] ^= 0xff;
+    std::fs::write(p("c.chassis"), &bytes).unwrap();
+    let out = chassis(&["check", &p("c.chassis")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("slot 5: layer 0 neighbor 2147418112 is out of range"),
+        "{text}"
+    );
+    let name = if older == 1 { "B" } else { "A" };
+    assert!(
+        text.contains(&format!("header copy {name} is invalid")),
+        "{text}"
+    );
+    assert!(!text.contains("\nok"), "{text}");
+    let out = chassis(&["check", &p("c.chassis"), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    // A file that is not an index at all: one problem line, exit 3.
+    std::fs::write(p("junk.chassis"), vec![7u8; 300_000]).unwrap();
+    let out = chassis(&["check", &p("junk.chassis")]);
+    assert_eq!(out.status.code(), Some(3));
 }

@@ -41,8 +41,8 @@ pub use error::{Error, Result};
 pub use format::geometry::Geometry;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{
-    compacting_path, migrating_path, CompactOptions, CompactReport, Index, Info, Neighbor,
-    OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M, DEFAULT_MAX_LAYERS,
-    DEFAULT_SEED,
+    compacting_path, migrating_path, CheckReport, CompactOptions, CompactReport, Index, Info,
+    Neighbor, OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
+    DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };
 pub use reader::{IndexReader, ReaderStats, Snapshot, HEADER_REREADS};

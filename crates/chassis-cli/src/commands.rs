@@ -1,0 +1,577 @@
+//! The commands beyond create and demo: import, search, get, delete, export, info, check, bench.
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use chassis::graph::distance::reference;
+use chassis::os::FileStorage;
+use chassis::{Index, IndexReader, Metric};
+
+use crate::data::{self, Matrix};
+use crate::progress;
+
+/// What `chassis check` found wrong: the process exits with code 3.
+#[derive(Debug)]
+pub struct ProblemsFound(pub usize);
+
+impl std::fmt::Display for ProblemsFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} problem(s) found", self.0)
+    }
+}
+
+impl std::error::Error for ProblemsFound {}
+
+pub struct ImportArgs {
+    pub path: PathBuf,
+    pub file: PathBuf,
+    pub ids: Option<PathBuf>,
+    pub batch: usize,
+    pub flush_every: usize,
+}
+
+pub fn import(a: ImportArgs) -> Result<()> {
+    let mut index =
+        Index::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
+    let (m, line_ids) = data::read_vectors_with_ids(&a.file)?;
+    if m.dims != index.dims() {
+        bail!(
+            "{} has {} dims, the index has {}",
+            a.file.display(),
+            m.dims,
+            index.dims()
+        );
+    }
+    let ids = match (&a.ids, line_ids) {
+        (Some(_), Some(_)) => bail!("the JSON lines carry ids; don't also pass --ids"),
+        (Some(p), None) => Some(data::read_ids(p)?),
+        (None, ids) => ids,
+    };
+    if let Some(ids) = &ids {
+        if ids.len() != m.rows {
+            bail!("{} ids for {} vectors", ids.len(), m.rows);
+        }
+    }
+    if a.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let t = Instant::now();
+    let bar = progress(m.rows as u64, "importing");
+    let (mut first, mut last) = (None, None);
+    let mut since_flush = 0;
+    let mut flushes = 0;
+    for start in (0..m.rows).step_by(a.batch) {
+        let end = (start + a.batch).min(m.rows);
+        for i in start..end {
+            let id = match &ids {
+                Some(ids) => index.add_with_id(ids[i], m.row(i)).map(|()| ids[i]),
+                None => index.add(m.row(i)),
+            }
+            .with_context(|| {
+                format!(
+                    "vector {i} of {}; nothing since the last flush was committed",
+                    a.file.display()
+                )
+            })?;
+            first.get_or_insert(id);
+            last = Some(id);
+            since_flush += 1;
+            if a.flush_every > 0 && since_flush >= a.flush_every {
+                index.flush().context("flush failed")?;
+                flushes += 1;
+                since_flush = 0;
+            }
+        }
+        bar.set_position(end as u64);
+    }
+    index
+        .flush()
+        .context("the final flush failed; vectors after the last flush were not committed")?;
+    flushes += 1;
+    bar.finish_and_clear();
+    let secs = t.elapsed().as_secs_f64();
+    match (first, last) {
+        (Some(f), Some(l)) => println!(
+            "imported {} vectors (ids {f}..={l}) in {secs:.2} s ({:.0}/s, {flushes} flush(es)); index holds {}",
+            m.rows,
+            m.rows as f64 / secs.max(1e-9),
+            index.len()
+        ),
+        _ => println!("imported 0 vectors; index holds {}", index.len()),
+    }
+    Ok(())
+}
+
+pub struct SearchArgs {
+    pub path: PathBuf,
+    pub vector: Option<String>,
+    pub query_file: Option<PathBuf>,
+    pub k: usize,
+    pub ef: usize,
+    pub json: bool,
+}
+
+fn parse_vector(s: &str) -> Result<Vec<f32>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<f32>()
+                .with_context(|| format!("--vector: {x:?} is not a number"))
+        })
+        .collect()
+}
+
+pub fn search(a: SearchArgs) -> Result<()> {
+    let index =
+        IndexReader::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
+    let queries: Matrix = match (&a.vector, &a.query_file) {
+        (Some(_), Some(_)) => bail!("give --vector or --query-file, not both"),
+        (Some(v), None) => {
+            let data = parse_vector(v)?;
+            Matrix {
+                rows: 1,
+                dims: data.len(),
+                data,
+            }
+        }
+        (None, Some(f)) => data::read_vectors(f)?,
+        (None, None) => {
+            let mut text = String::new();
+            for line in std::io::stdin().lock().lines() {
+                text.push_str(&line.context("reading queries from stdin")?);
+                text.push('\n');
+            }
+            data::parse_jsonl(&text)
+                .context("queries on stdin (JSON lines: [..] or {\"vector\": [..]})")?
+                .0
+        }
+    };
+    if queries.dims != index.dims() {
+        bail!(
+            "queries have {} dims, the index has {}",
+            queries.dims,
+            index.dims()
+        );
+    }
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    for i in 0..queries.rows {
+        let hits = index
+            .search(queries.row(i), a.k, a.ef)
+            .with_context(|| format!("query {i}"))?;
+        if a.json {
+            let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+            let d: Vec<f32> = hits.iter().map(|h| h.distance).collect();
+            writeln!(out, "{}", serde_json::json!({ "ids": ids, "distances": d }))?;
+        } else {
+            writeln!(out, "query {i}:")?;
+            writeln!(out, "  {:>5}  {:>20}  {:>12}", "rank", "id", "distance")?;
+            for (r, h) in hits.iter().enumerate() {
+                writeln!(out, "  {:>5}  {:>20}  {:>12.6}", r + 1, h.id, h.distance)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn get(path: &Path, ids: &[u64], json: bool) -> Result<()> {
+    let index =
+        IndexReader::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    for &id in ids {
+        let v = index.get(id).with_context(|| format!("id {id}"))?;
+        if json {
+            println!("{}", serde_json::json!({ "id": id, "vector": v }));
+        } else {
+            let s: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+            println!("{id}: {}", s.join(","));
+        }
+    }
+    Ok(())
+}
+
+pub fn delete(path: &Path, mut ids: Vec<u64>, file: Option<&Path>, no_flush: bool) -> Result<()> {
+    if let Some(f) = file {
+        ids.extend(data::read_ids(f)?);
+    }
+    if ids.is_empty() {
+        bail!("no ids to delete (give them as arguments or with --ids-file)");
+    }
+    let mut index = Index::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    for &id in &ids {
+        index
+            .delete(id)
+            .with_context(|| format!("id {id}; nothing was deleted"))?;
+    }
+    if no_flush {
+        println!(
+            "{} ids exist and would be deleted; --no-flush: nothing was committed",
+            ids.len()
+        );
+        return Ok(());
+    }
+    index.flush().context("flush failed; nothing was deleted")?;
+    println!("deleted {} ids; index holds {}", ids.len(), index.len());
+    Ok(())
+}
+
+pub fn export(path: &Path, out: &Path, ids_out: Option<PathBuf>) -> Result<()> {
+    let index =
+        IndexReader::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let snap = index.snapshot()?;
+    let ids = index.ids_in(&snap)?;
+    let bar = progress(ids.len() as u64, "exporting");
+    let mut rows = Vec::with_capacity(ids.len());
+    for &id in &ids {
+        rows.push(index.get(id)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let ext = out
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    match ext.as_str() {
+        "npy" => {
+            let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+            data::write_npy(out, rows.len(), index.dims(), &flat)?
+        }
+        "fvecs" => data::write_fvecs(out, &rows)?,
+        _ => bail!("{}: export writes .npy or .fvecs", out.display()),
+    }
+    let ids_out = ids_out.unwrap_or_else(|| out.with_extension("ids.npy"));
+    data::write_npy_u64(&ids_out, &ids)?;
+    println!(
+        "exported {} vectors to {} and their ids to {}",
+        ids.len(),
+        out.display(),
+        ids_out.display()
+    );
+    Ok(())
+}
+
+fn header_copy_json(h: &chassis::Result<chassis::format::header::Header>) -> serde_json::Value {
+    match h {
+        Ok(h) => serde_json::json!({ "valid": true, "sequence": h.sequence,
+            "pending_delete_epoch": h.pending_delete_epoch }),
+        Err(e) => serde_json::json!({ "valid": false, "error": e.to_string() }),
+    }
+}
+
+pub fn info(path: &Path, json: bool) -> Result<()> {
+    let storage = FileStorage::open(path, false)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let copies = chassis::storage::read_header_copies(&storage)?;
+    let index =
+        Index::open_read_only(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let i = index.info()?;
+    let reader = IndexReader::open(path)?;
+    let routing_count = reader.snapshot()?.routing_count();
+    let allocated = storage.allocated_bytes()?;
+    let g = i.geometry;
+    let per_live = if i.count > 0 {
+        Some(allocated as f64 / i.count as f64)
+    } else {
+        None
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "dims": i.dims, "metric": i.metric.name(), "m": i.m, "m0": i.m0,
+                "ef_construction": i.ef_construction,
+                "count": i.count, "deleted": i.deleted, "committed_count": i.committed_count,
+                "delete_epoch": i.delete_epoch, "pending_delete_epoch": i.pending_delete_epoch,
+                "sequence": i.sequence, "header_copy": i.header_copy.to_string(),
+                "header_a": header_copy_json(&copies.a), "header_b": header_copy_json(&copies.b),
+                "read_version": i.versions.0, "write_version": i.versions.1,
+                "segment_base_slots": 1u64 << g.segment_base_log2,
+                "segment_doublings": g.segment_doublings,
+                "segment_slots": 1u64 << (g.segment_base_log2 + g.segment_doublings),
+                "segments": i.segments, "upper_heap_chunks": i.upper_heap_chunks,
+                "table_pages": i.table_pages, "custom_ids": i.custom_ids,
+                "file_bytes": i.file_bytes, "allocated_bytes": allocated,
+                "bytes_per_live_vector": per_live,
+                "routing_count": routing_count,
+            })
+        );
+        return Ok(());
+    }
+    let copy = |h: &chassis::Result<chassis::format::header::Header>| match h {
+        Ok(h) => format!("valid, sequence {}", h.sequence),
+        Err(e) => format!("INVALID ({e})"),
+    };
+    println!("file:          {}", path.display());
+    println!(
+        "format:        read version {}, write version {}",
+        i.versions.0, i.versions.1
+    );
+    println!(
+        "header:        sequence {} in copy {}; A: {}; B: {}",
+        i.sequence,
+        i.header_copy,
+        copy(&copies.a),
+        copy(&copies.b)
+    );
+    println!(
+        "vectors:       {} live, {} deleted, {} committed slots",
+        i.count, i.deleted, i.committed_count
+    );
+    println!("dims/metric:   {} / {}", i.dims, i.metric.name());
+    println!(
+        "graph:         M={} M0={} ef_construction={} top layer {}",
+        i.m, i.m0, i.ef_construction, i.max_layer
+    );
+    println!(
+        "delete epoch:  {} (pending {})",
+        i.delete_epoch, i.pending_delete_epoch
+    );
+    println!("routing count: {routing_count} (slots a writer has published)");
+    println!(
+        "geometry:      K={} C={} slots; {} segments, {} heap chunks, {} table pages",
+        g.segment_doublings,
+        1u64 << (g.segment_base_log2 + g.segment_doublings),
+        i.segments,
+        i.upper_heap_chunks,
+        i.table_pages
+    );
+    println!(
+        "ids:           {}",
+        if i.custom_ids {
+            "caller-assigned"
+        } else {
+            "index-assigned"
+        }
+    );
+    match per_live {
+        Some(b) => println!(
+            "size:          {} bytes logical, {allocated} allocated, {b:.0} per live vector",
+            i.file_bytes
+        ),
+        None => println!(
+            "size:          {} bytes logical, {allocated} allocated",
+            i.file_bytes
+        ),
+    }
+    Ok(())
+}
+
+pub fn check(path: &Path, recall: usize, json: bool) -> Result<()> {
+    let storage = FileStorage::open(path, false)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let mut problems = Vec::new();
+    let mut notes = Vec::new();
+    let copies = chassis::storage::read_header_copies(&storage)?;
+    for (name, c) in [("A", &copies.a), ("B", &copies.b)] {
+        match c {
+            Ok(h) if h.pending_delete_epoch != 0 => notes.push(format!(
+                "header copy {name} (sequence {}) is the intent of an interrupted delete flush; \
+                 the next writer recovers it",
+                h.sequence
+            )),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("header copy {name} is invalid: {e}")),
+        }
+    }
+    let report = match Index::open_read_only(path) {
+        Ok(index) => match index.check(recall) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                problems.push(format!("checking failed: {e}"));
+                None
+            }
+        },
+        Err(e) => {
+            problems.push(format!("the index does not open: {e}"));
+            None
+        }
+    };
+    if let Some(r) = &report {
+        problems.extend(r.problems.iter().cloned());
+        if r.hints > 0 {
+            notes.push(format!(
+                "{} neighbor words name slots past N that an unflushed writer added \
+                 (routing hints, harmless)",
+                r.hints
+            ));
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "ok": problems.is_empty(),
+                "problems": problems,
+                "notes": notes,
+                "slots": report.as_ref().map(|r| r.slots),
+                "edges": report.as_ref().map(|r| r.edges),
+                "unreachable": report.as_ref().map(|r| r.unreachable),
+                "recall": report.as_ref().and_then(|r| r.recall),
+            })
+        );
+    } else {
+        for p in &problems {
+            println!("problem: {p}");
+        }
+        for n in &notes {
+            println!("note: {n}");
+        }
+        if let Some(r) = &report {
+            println!(
+                "checked {} slots and {} edges; {} unreachable",
+                r.slots, r.edges, r.unreachable
+            );
+            if let Some(rc) = r.recall {
+                println!("recall@10 on {recall} stored vectors at ef 64: {rc:.4}");
+            }
+        }
+        if problems.is_empty() {
+            println!("ok");
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ProblemsFound(problems.len()).into())
+    }
+}
+
+pub struct BenchArgs {
+    pub path: PathBuf,
+    pub queries: PathBuf,
+    pub groundtruth: Option<PathBuf>,
+    pub k: usize,
+    pub efs: Vec<usize>,
+    pub threads: usize,
+    pub json: bool,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let index =
+        IndexReader::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
+    let q = data::read_vectors_for(&a.queries, index.dims())?;
+    if a.k == 0 || a.efs.is_empty() || a.efs.contains(&0) {
+        bail!("-k and every --ef must be at least 1");
+    }
+    let truth: Vec<Vec<u64>> = match &a.groundtruth {
+        Some(g) => {
+            let gt = data::read_ivecs(g)?;
+            if gt.len() < q.rows || gt.iter().any(|r| r.len() < a.k) {
+                bail!(
+                    "{} needs at least {} rows of at least k = {} ids",
+                    g.display(),
+                    q.rows,
+                    a.k
+                );
+            }
+            gt.into_iter().map(|r| r[..a.k].to_vec()).collect()
+        }
+        None => brute_force(&index, &q, a.k)?,
+    };
+    let threads = if a.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        a.threads
+    };
+    // Warm-up: one pass at the largest ef.
+    let top = *a.efs.iter().max().unwrap_or(&64);
+    for i in 0..q.rows {
+        index.search(q.row(i), a.k, top)?;
+    }
+    if !a.json {
+        println!(
+            "{:>6}  {:>9}  {:>10}  {:>12}  {:>10}  {:>10}",
+            "ef",
+            format!("recall@{}", a.k),
+            "QPS 1 thr",
+            format!("QPS {threads} thr"),
+            "p50 ms",
+            "p99 ms"
+        );
+    }
+    for &ef in &a.efs {
+        let mut lat = Vec::with_capacity(q.rows);
+        let mut found = 0usize;
+        let t = Instant::now();
+        for (i, exact) in truth.iter().enumerate().take(q.rows) {
+            let s = Instant::now();
+            let hits = index.search(q.row(i), a.k, ef)?;
+            lat.push(s.elapsed().as_secs_f64() * 1e3);
+            let want: HashSet<u64> = exact.iter().copied().collect();
+            found += hits.iter().filter(|h| want.contains(&h.id)).count();
+        }
+        let qps1 = q.rows as f64 / t.elapsed().as_secs_f64();
+        let next = AtomicUsize::new(0);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= q.rows {
+                        break;
+                    }
+                    let _ = index.search(q.row(i), a.k, ef);
+                });
+            }
+        });
+        let qpsn = q.rows as f64 / t.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        let recall = found as f64 / (q.rows * a.k) as f64;
+        let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({ "ef": ef, "k": a.k, "recall": recall, "qps_1": qps1,
+                    "threads": threads, "qps_n": qpsn, "p50_ms": p50, "p99_ms": p99,
+                    "queries": q.rows })
+            );
+        } else {
+            println!(
+                "{ef:>6}  {recall:>9.4}  {qps1:>10.0}  {qpsn:>12.0}  {p50:>10.3}  {p99:>10.3}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Exact top k of every query over the index's live vectors (ids).
+fn brute_force(index: &IndexReader, q: &Matrix, k: usize) -> Result<Vec<Vec<u64>>> {
+    let snap = index.snapshot()?;
+    let ids = index.ids_in(&snap)?;
+    let vectors: Vec<Vec<f32>> = ids
+        .iter()
+        .map(|&id| index.get(id))
+        .collect::<Result<_, _>>()?;
+    let metric = index.metric();
+    let prep = |v: &[f32]| -> Vec<f32> {
+        if metric == Metric::Cosine {
+            let n = reference::dot(v, v).sqrt();
+            v.iter().map(|x| x / n.max(f32::MIN_POSITIVE)).collect()
+        } else {
+            v.to_vec()
+        }
+    };
+    Ok((0..q.rows)
+        .map(|i| {
+            let qv = prep(q.row(i));
+            let mut d: Vec<(f32, u64)> = vectors
+                .iter()
+                .zip(&ids)
+                .map(|(v, &id)| (reference::distance(metric, &qv, v), id))
+                .collect();
+            d.sort_by(|a, b| a.0.total_cmp(&b.0));
+            d.into_iter().take(k).map(|(_, id)| id).collect()
+        })
+        .collect())
+}
