@@ -1,0 +1,526 @@
+//! The C ABI of Chassis. `include/chassis.h` is generated from this file by cbindgen and
+//! checked in; `tests/header.rs` fails when it is stale.
+//!
+//! Conventions: every function returns a [`chassis_status`] (`CHASSIS_STATUS_OK` = 0) and
+//! writes results through out-pointers; on failure `chassis_last_error_message()` describes the
+//! error on the calling thread. Handles are opaque. No Rust panic crosses the boundary: one is
+//! caught and reported as `CHASSIS_STATUS_PANIC`.
+//!
+//! Thread safety: a `chassis_index` (the writer) may be shared by threads; searches run
+//! concurrently, writes (add, delete, flush, compact) take an internal lock and run one at a
+//! time. A `chassis_reader` is fully thread-safe and lock-free with respect to the writer; open
+//! one per process (or share it), also in processes forked from the writer's. Closing a handle
+//! while another thread uses it is undefined behaviour, as with `free`.
+
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::RwLock;
+
+use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
+
+/// What a call returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum chassis_status {
+    /// Success.
+    Ok = 0,
+    /// The file is damaged; restore it from a backup.
+    Corrupt = 1,
+    /// The file is not a Chassis index.
+    NotChassisFile = 2,
+    /// The file needs a newer Chassis to read it.
+    TooNew = 3,
+    /// Another writer holds the file; open a reader instead, or retry later.
+    Locked = 4,
+    /// A flush failed; nothing more commits until the index is closed and reopened.
+    Poisoned = 5,
+    /// The index was opened read-only.
+    ReadOnly = 6,
+    /// The vector's length differs from the index's dimensions.
+    DimensionMismatch = 7,
+    /// The vector holds NaN or infinity, or is zero under cosine.
+    InvalidVector = 8,
+    /// The id is already live.
+    DuplicateId = 9,
+    /// No live vector has that id.
+    NotFound = 10,
+    /// An argument is out of range (see the message).
+    InvalidArgument = 11,
+    /// The index reached its largest size.
+    Full = 12,
+    /// The operating system reported an error (see the message).
+    Io = 13,
+    /// A null pointer or a path that is not UTF-8.
+    NullPointer = 14,
+    /// A bug in Chassis: a panic was caught at the boundary.
+    Panic = 15,
+}
+
+/// Distance metrics.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum chassis_metric {
+    /// Squared Euclidean distance.
+    L2 = 0,
+    /// 1 − cosine similarity (vectors are normalised when stored).
+    Cosine = 1,
+    /// 1 − inner product.
+    Ip = 2,
+}
+
+/// The writer of one index file (opaque).
+pub struct chassis_index {
+    inner: RwLock<Index>,
+}
+
+/// A lock-free reader of one index file (opaque).
+pub struct chassis_reader {
+    inner: IndexReader,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn status_of(e: &Error) -> chassis_status {
+    match e {
+        Error::Corrupt { .. } => chassis_status::Corrupt,
+        Error::NotChassisFile => chassis_status::NotChassisFile,
+        Error::TooNew { .. } => chassis_status::TooNew,
+        Error::Locked => chassis_status::Locked,
+        Error::Poisoned => chassis_status::Poisoned,
+        Error::ReadOnly { .. } => chassis_status::ReadOnly,
+        Error::DimensionMismatch { .. } => chassis_status::DimensionMismatch,
+        Error::InvalidVector { .. } => chassis_status::InvalidVector,
+        Error::DuplicateId { .. } => chassis_status::DuplicateId,
+        Error::NotFound { .. } => chassis_status::NotFound,
+        Error::InvalidArgument(_) => chassis_status::InvalidArgument,
+        Error::Full { .. } => chassis_status::Full,
+        _ => chassis_status::Io,
+    }
+}
+
+/// Runs `f`, turning errors and panics into a status and the thread's last error message.
+fn guard(f: impl FnOnce() -> Result<(), Fail>) -> chassis_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {
+            set_error("");
+            chassis_status::Ok
+        }
+        Ok(Err(Fail::Chassis(e))) => {
+            set_error(&e.to_string());
+            status_of(&e)
+        }
+        Ok(Err(Fail::Null(what))) => {
+            set_error(&format!("{what} is a null pointer or not valid UTF-8"));
+            chassis_status::NullPointer
+        }
+        Err(_) => {
+            set_error("internal error (a panic was caught); please report it");
+            chassis_status::Panic
+        }
+    }
+}
+
+enum Fail {
+    Chassis(Error),
+    Null(&'static str),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Chassis(e)
+    }
+}
+
+/// # Safety
+/// `p` must be null or a NUL-terminated string.
+unsafe fn path_arg<'a>(p: *const c_char) -> Result<&'a str, Fail> {
+    if p.is_null() {
+        return Err(Fail::Null("path"));
+    }
+    // SAFETY: the caller passes a NUL-terminated string (documented in the header).
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Fail::Null("path"))
+}
+
+/// # Safety
+/// `p` must be null or point to `n` readable f32 values.
+unsafe fn floats<'a>(p: *const f32, n: usize) -> Result<&'a [f32], Fail> {
+    if p.is_null() {
+        return Err(Fail::Null("vector"));
+    }
+    // SAFETY: the caller promises `n` readable, initialised floats at `p`.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+fn out<T>(p: *mut T, what: &'static str) -> Result<*mut T, Fail> {
+    if p.is_null() {
+        Err(Fail::Null(what))
+    } else {
+        Ok(p)
+    }
+}
+
+fn metric_of(m: chassis_metric) -> Metric {
+    match m {
+        chassis_metric::L2 => Metric::L2Squared,
+        chassis_metric::Cosine => Metric::Cosine,
+        chassis_metric::Ip => Metric::InnerProduct,
+    }
+}
+
+fn read(ix: &chassis_index) -> std::sync::RwLockReadGuard<'_, Index> {
+    ix.inner.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write(ix: &chassis_index) -> std::sync::RwLockWriteGuard<'_, Index> {
+    ix.inner.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The library version, e.g. "0.1.0" (static; never free it).
+#[no_mangle]
+pub extern "C" fn chassis_version() -> *const c_char {
+    static VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => c"",
+        };
+    VERSION.as_ptr()
+}
+
+/// The message of the last failed call on this thread ("" after a success). Valid until the
+/// next Chassis call on the same thread; never free it.
+#[no_mangle]
+pub extern "C" fn chassis_last_error_message() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Creates a new index file at `path` (which must not exist, or be empty) and opens it as the
+/// writer. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
+///
+/// # Safety
+/// `path` is a NUL-terminated UTF-8 string; `out` points to writable storage for a handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_create(
+    path: *const c_char,
+    dims: usize,
+    metric: chassis_metric,
+    m: usize,
+    ef_construction: usize,
+    out_index: *mut *mut chassis_index,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path) }?;
+        let out_index = out(out_index, "out_index")?;
+        let mut opts = Options::new(dims, metric_of(metric));
+        if m != 0 {
+            opts = opts.m(m);
+        }
+        if ef_construction != 0 {
+            opts = opts.ef_construction(ef_construction);
+        }
+        let ix = Index::create(path, opts)?;
+        let h = Box::into_raw(Box::new(chassis_index {
+            inner: RwLock::new(ix),
+        }));
+        // SAFETY: `out_index` is non-null and writable per the contract.
+        unsafe { *out_index = h };
+        Ok(())
+    })
+}
+
+/// Opens an existing index file as its writer (exclusive lock: `CHASSIS_STATUS_LOCKED` if
+/// another writer has it). Runs recovery if a crash interrupted a flush.
+///
+/// # Safety
+/// `path` is a NUL-terminated UTF-8 string; `out_index` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_open(
+    path: *const c_char,
+    out_index: *mut *mut chassis_index,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path) }?;
+        let out_index = out(out_index, "out_index")?;
+        let ix = Index::open(path)?;
+        let h = Box::into_raw(Box::new(chassis_index {
+            inner: RwLock::new(ix),
+        }));
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *out_index = h };
+        Ok(())
+    })
+}
+
+/// Opens a lock-free reader: works in any process while a writer holds the file; every search
+/// sees the last flush.
+///
+/// # Safety
+/// `path` is a NUL-terminated UTF-8 string; `out_reader` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_open_reader(
+    path: *const c_char,
+    out_reader: *mut *mut chassis_reader,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path) }?;
+        let out_reader = out(out_reader, "out_reader")?;
+        let r = IndexReader::open(path)?;
+        let h = Box::into_raw(Box::new(chassis_reader { inner: r }));
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *out_reader = h };
+        Ok(())
+    })
+}
+
+/// Adds a vector of `dims` floats; the index assigns its id (written to `out_id` if not null).
+/// Durable at the next `chassis_flush`.
+///
+/// # Safety
+/// `index` is a live handle; `vector` points to `dims` floats; `out_id` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_add(
+    index: *mut chassis_index,
+    vector: *const f32,
+    dims: usize,
+    out_id: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        // SAFETY: `dims` readable floats per the contract.
+        let v = unsafe { floats(vector, dims) }?;
+        let id = write(ix).add(v)?;
+        if !out_id.is_null() {
+            // SAFETY: non-null and writable per the contract.
+            unsafe { *out_id = id };
+        }
+        Ok(())
+    })
+}
+
+/// Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
+///
+/// # Safety
+/// `index` is a live handle; `vector` points to `dims` floats.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_add_with_id(
+    index: *mut chassis_index,
+    id: u64,
+    vector: *const f32,
+    dims: usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        // SAFETY: `dims` readable floats per the contract.
+        let v = unsafe { floats(vector, dims) }?;
+        write(ix).add_with_id(id, v)?;
+        Ok(())
+    })
+}
+
+/// Deletes `id` (`CHASSIS_STATUS_NOT_FOUND` if it is not live). Durable at the next flush.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_delete(index: *mut chassis_index, id: u64) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        write(ix).delete(id)?;
+        Ok(())
+    })
+}
+
+/// Makes every add and delete since the last flush durable, all together.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_flush(index: *mut chassis_index) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        write(ix).flush()?;
+        Ok(())
+    })
+}
+
+/// Rewrites the index into a new file with only its live vectors (flushing first); `m` and
+/// `ef_construction` of 0 keep the current values. Readers move to the new file by themselves.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_compact(
+    index: *mut chassis_index,
+    m: usize,
+    ef_construction: usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        write(ix).compact(CompactOptions {
+            m: (m != 0).then_some(m),
+            ef_construction: (ef_construction != 0).then_some(ef_construction),
+        })?;
+        Ok(())
+    })
+}
+
+fn write_hits(
+    hits: &[chassis::Neighbor],
+    ids: *mut u64,
+    distances: *mut f32,
+    k: usize,
+    found: *mut usize,
+) -> Result<(), Fail> {
+    let ids = out(ids, "ids")?;
+    let found = out(found, "found")?;
+    for (i, h) in hits.iter().take(k).enumerate() {
+        // SAFETY: the caller provides room for `k` ids (and distances, if not null).
+        unsafe {
+            *ids.add(i) = h.id;
+            if !distances.is_null() {
+                *distances.add(i) = h.distance;
+            }
+        }
+    }
+    // SAFETY: non-null, writable per the contract.
+    unsafe { *found = hits.len().min(k) };
+    Ok(())
+}
+
+/// The `k` nearest live vectors to `query` (nearest first), searching with beam width
+/// max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and
+/// distances (`distances` may be null) and the count written to `found`: fewer than `k` only
+/// when the index holds fewer live vectors.
+///
+/// # Safety
+/// `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
+/// `distances` is null or has room for `k`; `found` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_search(
+    index: *const chassis_index,
+    query: *const f32,
+    dims: usize,
+    k: usize,
+    ef: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    found: *mut usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        // SAFETY: `dims` readable floats per the contract.
+        let q = unsafe { floats(query, dims) }?;
+        let hits = read(ix).search(q, k, ef)?;
+        write_hits(&hits, ids, distances, k, found)
+    })
+}
+
+/// [`chassis_search`] on a reader: a fresh snapshot of what is committed.
+///
+/// # Safety
+/// As for `chassis_search`, with a live reader handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_search(
+    reader: *const chassis_reader,
+    query: *const f32,
+    dims: usize,
+    k: usize,
+    ef: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    found: *mut usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        // SAFETY: `dims` readable floats per the contract.
+        let q = unsafe { floats(query, dims) }?;
+        let hits = r.inner.search(q, k, ef)?;
+        write_hits(&hits, ids, distances, k, found)
+    })
+}
+
+/// Live vectors the writer sees (its unflushed work included).
+///
+/// # Safety
+/// `index` is a live handle; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_len(
+    index: *const chassis_index,
+    out_len: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let out_len = out(out_len, "out_len")?;
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_len = read(ix).len() as u64 };
+        Ok(())
+    })
+}
+
+/// Live vectors in a fresh snapshot of what is committed.
+///
+/// # Safety
+/// `reader` is a live handle; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_len(
+    reader: *const chassis_reader,
+    out_len: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        let out_len = out(out_len, "out_len")?;
+        let n = r.inner.len()?;
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_len = n };
+        Ok(())
+    })
+}
+
+/// Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
+/// `chassis_flush` first). Null is ignored.
+///
+/// # Safety
+/// `index` is null or a live handle no other thread is using; it is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_close(index: *mut chassis_index) {
+    if !index.is_null() {
+        // SAFETY: a handle from Box::into_raw, closed once, per the contract.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(index) })));
+    }
+}
+
+/// Closes a reader. Null is ignored.
+///
+/// # Safety
+/// `reader` is null or a live handle no other thread is using; it is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_close(reader: *mut chassis_reader) {
+    if !reader.is_null() {
+        // SAFETY: a handle from Box::into_raw, closed once, per the contract.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(reader) })));
+    }
+}

@@ -1,0 +1,151 @@
+/* The C API end to end: create, add, search, flush, errors, a reader in a forked process that
+ * sees the parent's flush, compaction, close. Run by tests/c_program.rs (plain and under
+ * valgrind). Usage: test_chassis DIR */
+#include "chassis.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DIMS 8
+#define N 200
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond);             \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fprintf(stderr, " (last error: %s)\n", chassis_last_error_message());         \
+            failures++;                                                                   \
+        }                                                                                 \
+    } while (0)
+
+static void vector(int i, float *v) {
+    for (int d = 0; d < DIMS; d++) {
+        v[d] = sinf((float)(i * (d + 3))) + (float)(i % 7) * 0.1f + (float)d * 0.01f;
+    }
+}
+
+static int reader_child(const char *path) {
+    chassis_reader *r = NULL;
+    if (chassis_open_reader(path, &r) != CHASSIS_STATUS_OK) {
+        fprintf(stderr, "child: open_reader: %s\n", chassis_last_error_message());
+        return 1;
+    }
+    uint64_t len = 0;
+    /* Wait (up to 60 s) for the parent's second flush. */
+    for (int tries = 0; tries < 60000 && len < 2 * N; tries++) {
+        if (chassis_reader_len(r, &len) != CHASSIS_STATUS_OK) return 2;
+        if (len < 2 * N) usleep(1000);
+    }
+    if (len != 2 * N) {
+        fprintf(stderr, "child: saw %llu vectors\n", (unsigned long long)len);
+        return 3;
+    }
+    float q[DIMS];
+    uint64_t ids[5];
+    float dist[5];
+    size_t found = 0;
+    vector(N + 17, q);
+    if (chassis_reader_search(r, q, DIMS, 5, 64, ids, dist, &found) != CHASSIS_STATUS_OK) return 4;
+    int ok = found == 5 && ids[0] == N + 17 && dist[0] < 1e-5f;
+    chassis_reader_close(r);
+    return ok ? 0 : 5;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_chassis DIR\n");
+        return 2;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/c.chassis", argv[1]);
+    CHECK(strlen(chassis_version()) > 0, "version");
+
+    chassis_index *ix = NULL;
+    CHECK(chassis_create(path, 0, CHASSIS_METRIC_COSINE, 0, 0, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "dims 0");
+    CHECK(strstr(chassis_last_error_message(), "dims") != NULL, "message names dims");
+    CHECK(chassis_create(NULL, 8, CHASSIS_METRIC_COSINE, 0, 0, &ix) == CHASSIS_STATUS_NULL_POINTER,
+          "null path");
+    CHECK(chassis_create(path, DIMS, CHASSIS_METRIC_COSINE, 12, 100, &ix) == CHASSIS_STATUS_OK,
+          "create");
+
+    float v[DIMS];
+    for (int i = 0; i < N; i++) {
+        uint64_t id = 99;
+        vector(i, v);
+        CHECK(chassis_add(ix, v, DIMS, &id) == CHASSIS_STATUS_OK && id == (uint64_t)i, "add %d", i);
+    }
+    CHECK(chassis_add(ix, v, DIMS - 1, NULL) == CHASSIS_STATUS_DIMENSION_MISMATCH, "dims");
+    v[3] = NAN;
+    CHECK(chassis_add(ix, v, DIMS, NULL) == CHASSIS_STATUS_INVALID_VECTOR, "NaN");
+    vector(1, v);
+    CHECK(chassis_add_with_id(ix, 5, v, DIMS) == CHASSIS_STATUS_DUPLICATE_ID, "duplicate");
+    CHECK(chassis_delete(ix, 123456) == CHASSIS_STATUS_NOT_FOUND, "not found");
+    CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "flush");
+
+    chassis_index *second = NULL;
+    CHECK(chassis_open(path, &second) == CHASSIS_STATUS_LOCKED, "second writer");
+    CHECK(strlen(chassis_last_error_message()) > 0, "locked message");
+
+    uint64_t ids[10];
+    float dist[10];
+    size_t found = 0;
+    vector(42, v);
+    CHECK(chassis_search(ix, v, DIMS, 10, 64, ids, dist, &found) == CHASSIS_STATUS_OK, "search");
+    CHECK(found == 10 && ids[0] == 42 && dist[0] < 1e-5f, "self found: %llu", (unsigned long long)ids[0]);
+    CHECK(chassis_search(ix, v, DIMS, 3, 64, ids, NULL, &found) == CHASSIS_STATUS_OK && found == 3,
+          "distances may be null");
+
+    /* A reader in a forked process sees the parent's next flush. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        _exit(reader_child(path));
+    }
+    for (int i = N; i < 2 * N; i++) {
+        vector(i, v);
+        CHECK(chassis_add(ix, v, DIMS, NULL) == CHASSIS_STATUS_OK, "add %d", i);
+    }
+    CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "second flush");
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader child exited %d", WEXITSTATUS(status));
+
+    /* Delete, compact, and a reader that follows the compaction. */
+    chassis_reader *r = NULL;
+    CHECK(chassis_open_reader(path, &r) == CHASSIS_STATUS_OK, "reader");
+    for (uint64_t id = 0; id < 100; id++) {
+        CHECK(chassis_delete(ix, id) == CHASSIS_STATUS_OK, "delete %llu", (unsigned long long)id);
+    }
+    CHECK(chassis_compact(ix, 16, 0) == CHASSIS_STATUS_OK, "compact");
+    uint64_t len = 0;
+    CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len %llu", (unsigned long long)len);
+    CHECK(chassis_reader_len(r, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "reader len");
+    vector(150, v);
+    CHECK(chassis_reader_search(r, v, DIMS, 1, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
+              found == 1 && ids[0] == 150,
+          "reader after compaction");
+    chassis_reader_close(r);
+    chassis_close(ix);
+    chassis_close(NULL);
+    chassis_reader_close(NULL);
+
+    /* Reopen: the flushed state is there. */
+    CHECK(chassis_open(path, &ix) == CHASSIS_STATUS_OK, "reopen");
+    CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len after reopen");
+    chassis_close(ix);
+
+    if (failures) {
+        fprintf(stderr, "%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("C API: all checks passed\n");
+    return 0;
+}
