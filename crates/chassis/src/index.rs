@@ -275,11 +275,16 @@ pub struct OpenReport {
     pub recovered: bool,
     /// Delete marks recovery reset to 0 (marks of the delete flush that never committed).
     pub marks_reset: u64,
-    /// Committed live vectors that no path from the entry point reached, counted when recovery
-    /// ran or the live page shows that an earlier writer inserted without flushing (its
-    /// pruning may have dropped committed edges; ADR-0005 amendment). The writer reconnects
-    /// each one at open, as an insert would link it; the new edges are committed by the next
-    /// flush (until then a reader may still miss them). `None` when not checked.
+    /// Committed nodes whose neighbor lists named slots past N: edges toward inserts that
+    /// never committed, whose pruning may have dropped committed edges (ADR-0005 amendment).
+    /// Every writer open looks (one pass over the committed neighbor lists); each such list is
+    /// emptied of those edges and relinked as an insert would link it. `None` for read-only.
+    pub repaired_lists: Option<u64>,
+    /// Committed live vectors that no layer-0 path from the entry point reached when the file
+    /// was opened, counted when lists were repaired, recovery ran, or the live page shows (or
+    /// can't rule out) an earlier writer that inserted without flushing. Each is linked back
+    /// at open; the new edges are committed by the next flush (until then a reader may still
+    /// miss them). `None` when not counted.
     pub unreachable: Option<u64>,
     /// Live vectors still unreachable after reconnecting (normally 0). `None` when not checked.
     pub still_unreachable: Option<u64>,
@@ -517,28 +522,27 @@ impl Index {
         }
         if index.read_only.is_none() {
             let recovery = index.store.recovery();
+            // An earlier writer inserted past N without committing (R > N), or no writer ever
+            // published (a live page lost to a power loss looks like that too).
             let unflushed = index
                 .store
                 .live_routing_count()
-                .is_some_and(|r| r > u64::from(count));
+                .is_none_or(|r| r > u64::from(count))
+                && count > 0;
             // R is not durable: the writer resets it to N before any ghost slot is reused.
             index.store.publish_routing_count(u64::from(count))?;
             index.store.publish_regions()?;
-            let checked = recovery.is_some() || unflushed;
-            let unreachable = if checked {
-                Some(index.reconnect_unreachable()?)
-            } else {
-                None
-            };
+            // Every writer open scans the committed neighbor lists for edges toward slots past
+            // N: after a power loss they can be on disk even when the live page is not.
+            let suspect = recovery.is_some() || unflushed;
+            let (repaired, unreachable) = index.repair_graph(suspect)?;
+            let still_unreachable = unreachable.map(|_| index.unreachable_count());
             index.report = OpenReport {
                 recovered: recovery.is_some(),
                 marks_reset: recovery.unwrap_or(0),
+                repaired_lists: Some(repaired),
                 unreachable,
-                still_unreachable: if checked {
-                    Some(index.unreachable_count())
-                } else {
-                    None
-                },
+                still_unreachable,
             };
         }
         Ok(index)
@@ -549,7 +553,9 @@ impl Index {
         &self.report
     }
 
-    /// Live vectors that no path from the entry point reaches, over every layer's edges.
+    /// Live vectors that no layer-0 path from the entry point reaches. Layer 0 is where every
+    /// search ends (upper layers only choose where it starts), so a vector linked only from
+    /// upper layers is as lost to searches as one with no links at all.
     pub fn unreachable_count(&self) -> u64 {
         self.unreachable_slots().len() as u64
     }
@@ -562,22 +568,13 @@ impl Index {
         let mut stack = vec![ep];
         seen[ep as usize] = true;
         while let Some(s) = stack.pop() {
-            let mut visit = |n: u32| {
-                if n < self.count && !seen[n as usize] {
-                    seen[n as usize] = true;
-                    stack.push(n);
-                }
-            };
             if let Some(words) = self.store.level0(s) {
-                words
-                    .iter()
-                    .for_each(|w| visit(w.load(std::sync::atomic::Ordering::Relaxed)));
-            }
-            for layer in 1..=self.store.upper_layers(s) {
-                if let Some(words) = self.store.upper(s, layer) {
-                    words
-                        .iter()
-                        .for_each(|w| visit(w.load(std::sync::atomic::Ordering::Relaxed)));
+                for w in words {
+                    let n = w.load(std::sync::atomic::Ordering::Relaxed);
+                    if n < self.count && !seen[n as usize] {
+                        seen[n as usize] = true;
+                        stack.push(n);
+                    }
                 }
             }
         }
@@ -586,26 +583,58 @@ impl Index {
             .collect()
     }
 
-    /// Links every unreachable live vector back into the graph (see [`OpenReport`]); returns
-    /// how many were reconnected. The new edges reach the file with the next flush.
-    fn reconnect_unreachable(&mut self) -> Result<u64> {
+    /// Repairs what an interrupted writer left in the committed graph (see [`OpenReport`]):
+    /// neighbor words naming slots at or past N (edges toward inserts that never committed)
+    /// are emptied and each such node is relinked as an insert would link it, then every live
+    /// vector still unreachable on layer 0 is linked back. Returns (lists repaired, vectors
+    /// unreachable before). The new edges reach the file with the next flush.
+    fn repair_graph(&mut self, suspect: bool) -> Result<(u64, Option<u64>)> {
         let Some(entry) = self.entry else {
-            return Ok(0);
+            return Ok((0, None));
         };
-        let lost = self.unreachable_slots();
+        let n = self.count;
+        let mut damaged = Vec::new();
+        for slot in 0..n {
+            let mut hit = false;
+            let layers = self.store.upper_layers(slot);
+            for layer in 0..=layers {
+                let words = if layer == 0 {
+                    self.store.level0(slot)
+                } else {
+                    self.store.upper(slot, layer)
+                };
+                for w in words.into_iter().flatten() {
+                    let v = w.load(std::sync::atomic::Ordering::Relaxed);
+                    if v != record::EMPTY && v >= n {
+                        w.store(record::EMPTY, std::sync::atomic::Ordering::Relaxed);
+                        hit = true;
+                    }
+                }
+            }
+            if hit {
+                damaged.push(slot);
+            }
+        }
+        if damaged.is_empty() && !suspect {
+            return Ok((0, None));
+        }
+        let lost_before = self.unreachable_slots().len() as u64;
         let mut scratch = self.take_scratch();
         let view = View {
             store: &self.store,
             count: self.count,
         };
-        for &slot in &lost {
+        for &slot in &damaged {
+            graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
+        }
+        for slot in self.unreachable_slots() {
             graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
         }
         self.put_scratch(scratch);
-        if !lost.is_empty() {
+        if !damaged.is_empty() || lost_before > 0 {
             self.dirty = true;
         }
-        Ok(lost.len() as u64)
+        Ok((damaged.len() as u64, Some(lost_before)))
     }
 
     fn writable(&self) -> Result<()> {

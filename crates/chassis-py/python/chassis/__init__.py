@@ -1,0 +1,279 @@
+"""Chassis: embedded vector search in one crash-safe file.
+
+An HNSW index lives in a single file that survives power loss, that any number of processes can
+search while one process writes, and whose format later releases will keep reading.
+
+    import numpy as np
+    import chassis
+
+    ix = chassis.Index.create("docs.chassis", dims=384, metric="cosine")
+    ids = ix.add(np.random.rand(1000, 384).astype(np.float32))   # ids 0..999
+    ix.flush()                                                   # durable from here on
+    found, distances = ix.search(queries, k=10)                  # (n, 10) arrays
+
+    reader = chassis.Index.open("docs.chassis", read_only=True)  # any process, no lock
+
+Errors are ``chassis.ChassisError`` subclasses: ``CorruptError`` (``NotChassisFileError``),
+``TooNewError``, ``LockedError``, ``PoisonedError``, ``ReadOnlyError``,
+``DimensionMismatchError``, ``InvalidVectorError``, ``DuplicateIdError``, ``NotFoundError``,
+``InvalidArgumentError``, ``FullError`` and ``StorageError``; each message says what to do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._chassis import (  # noqa: F401  (re-exported)
+    ChassisError,
+    CorruptError,
+    DimensionMismatchError,
+    DuplicateIdError,
+    FullError,
+    InvalidArgumentError,
+    InvalidVectorError,
+    LockedError,
+    NotChassisFileError,
+    NotFoundError,
+    PoisonedError,
+    RawIndex as _RawIndex,
+    ReadOnlyError,
+    StorageError,
+    TooNewError,
+    __version__,
+)
+
+__all__ = [
+    "Index",
+    "MISSING_ID",
+    "ChassisError",
+    "CorruptError",
+    "NotChassisFileError",
+    "TooNewError",
+    "LockedError",
+    "PoisonedError",
+    "ReadOnlyError",
+    "DimensionMismatchError",
+    "InvalidVectorError",
+    "DuplicateIdError",
+    "NotFoundError",
+    "InvalidArgumentError",
+    "FullError",
+    "StorageError",
+]
+
+#: The id ``search`` puts where fewer than k results exist (its distance is ``inf``).
+MISSING_ID = np.iinfo(np.uint64).max
+
+
+def _matrix(x, dims: int, what: str) -> np.ndarray:
+    """A C-contiguous float32 (n, dims) view of ``x``, copying only when needed."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must hold numbers (float32 or float64), not {a.dtype}")
+    if a.ndim == 1:
+        a = a.reshape(1, -1)
+    if a.ndim != 2:
+        raise DimensionMismatchError(
+            f"{what} must be one vector or a 2-D array of vectors, got shape {a.shape}"
+        )
+    if a.shape[1] != dims:
+        raise DimensionMismatchError(
+            f"{what} have {a.shape[1]} dimensions, the index has {dims}"
+        )
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _ids(x, what: str = "ids") -> np.ndarray:
+    """A C-contiguous uint64 1-D array of ids from an int, a sequence or an array."""
+    a = np.asarray(x)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim != 1:
+        raise InvalidArgumentError(f"{what} must be an int or a 1-D sequence, got shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be integers, not {a.dtype}")
+    if a.size and a.dtype.kind == "i" and int(a.min()) < 0:
+        raise InvalidArgumentError(f"{what} must be non-negative")
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+class Index:
+    """An HNSW index in one Chassis file.
+
+    Open it with :meth:`Index.create` or :meth:`Index.open`, never the constructor.
+
+    **One writer, many readers.** ``Index.open(path)`` takes the file's exclusive lock; a second
+    writer gets :class:`LockedError` at once. ``Index.open(path, read_only=True)`` takes no lock,
+    works in any process while a writer runs, and runs every search on a fresh snapshot of what
+    is committed (it never sees unflushed work).
+
+    **All or nothing.** Adds and deletes are visible to the writer's own searches at once and
+    become durable together at :meth:`flush`. :meth:`close` (or dropping the object) without a
+    flush discards them. As a context manager the index flushes when the block ends normally,
+    discards when it raises, and closes either way, as ``sqlite3`` connections commit or roll
+    back::
+
+        with chassis.Index.open("docs.chassis") as ix:
+            ix.add(vectors)
+        # flushed and closed here
+
+    **Threads.** The GIL is released during add, search, get, delete, flush and compact. An
+    internal lock lets any number of searches run together while writes run one at a time, so
+    one Python thread can search while another adds. A batch :meth:`search` uses every core
+    unless ``threads`` says otherwise.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, *_args, **_kwargs):
+        raise TypeError("use chassis.Index.create(...) or chassis.Index.open(...)")
+
+    @classmethod
+    def _wrap(cls, raw) -> "Index":
+        self = object.__new__(cls)
+        self._raw = raw
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        path,
+        dims: int,
+        metric: str = "cosine",
+        M: int = 16,
+        ef_construction: int = 200,
+    ) -> "Index":
+        """Create a new index file at ``path`` (which must not exist) and open it as the writer.
+
+        ``metric`` is ``"cosine"`` (vectors are normalised when stored; distance 1 - cos),
+        ``"l2"`` (squared Euclidean) or ``"ip"`` (distance 1 - inner product); it is fixed for
+        the life of the file. ``M`` is the neighbors per node (layer 0 keeps 2M);
+        ``ef_construction`` the beam width while building.
+        """
+        return cls._wrap(_RawIndex.create(str(path), int(dims), metric, int(M), int(ef_construction)))
+
+    @classmethod
+    def open(cls, path, read_only: bool = False) -> "Index":
+        """Open an existing index file.
+
+        As the writer (default): takes the exclusive lock (:class:`LockedError` if another
+        writer has it) and recovers from an interrupted flush. With ``read_only=True``: no
+        lock, usable beside a writer in another process, every search on a fresh snapshot.
+        """
+        return cls._wrap(_RawIndex.open(str(path), bool(read_only)))
+
+    @property
+    def dims(self) -> int:
+        """Vector dimensions."""
+        return self._raw.dims()
+
+    @property
+    def metric(self) -> str:
+        """``"cosine"``, ``"l2"`` or ``"ip"``."""
+        return self._raw.metric()
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle can only read."""
+        return self._raw.read_only()
+
+    @property
+    def path(self) -> str:
+        """The file's path."""
+        return str(self._raw.path())
+
+    def add(self, vectors, ids=None) -> np.ndarray:
+        """Add one vector (1-D) or many (2-D, one per row); float32 or float64, any layout.
+
+        Returns their ids as a uint64 array. Without ``ids`` the index assigns them (one above
+        every id stored so far: 0, 1, 2, ... for an index that never used custom ids); with
+        ``ids`` (an int or a sequence, one per vector) those are used, and a live one raises
+        :class:`DuplicateIdError`. Visible to this writer's searches at once; durable at
+        :meth:`flush`.
+        """
+        m = _matrix(vectors, self.dims, "vectors")
+        if ids is not None:
+            ids = _ids(ids)
+            if ids.shape[0] != m.shape[0]:
+                raise InvalidArgumentError(f"{ids.shape[0]} ids for {m.shape[0]} vectors")
+        return self._raw.add(m, ids)
+
+    def delete(self, ids) -> None:
+        """Delete one id or many: all of them, or none if any is not live
+        (:class:`NotFoundError`). Durable at :meth:`flush`."""
+        self._raw.delete(_ids(ids))
+
+    def get(self, ids) -> np.ndarray:
+        """The stored vector of one id (1-D) or of several (2-D). Under cosine this is the
+        normalised vector that was stored. :class:`NotFoundError` if an id is not live."""
+        scalar = np.ndim(ids) == 0
+        out = self._raw.get(_ids(ids))
+        return out[0] if scalar else out
+
+    def search(self, queries, k: int = 10, ef: int | None = None, threads: int = 0):
+        """The ``k`` nearest live vectors of each query, nearest first.
+
+        ``queries``: one vector (1-D) or many (2-D). ``ef``: beam width (default max(64, k);
+        higher is more accurate and slower). ``threads``: for a batch, 0 uses every core, 1
+        searches on the calling thread's core only.
+
+        Returns ``(ids, distances)``: uint64 and float32 arrays of shape (n, k) (n = 1 for a
+        1-D query). Where fewer than k live vectors exist, rows are padded with
+        :data:`MISSING_ID` and ``inf``.
+        """
+        q = _matrix(queries, self.dims, "queries")
+        k = int(k)
+        if k < 1:
+            raise InvalidArgumentError("k must be at least 1")
+        ef = max(64, k) if ef is None else int(ef)
+        if ef < 1:
+            raise InvalidArgumentError("ef must be at least 1")
+        return self._raw.search(q, k, ef, int(threads))
+
+    def flush(self) -> None:
+        """Make every add and delete since the last flush durable, all together."""
+        self._raw.flush()
+
+    def compact(self, M: int | None = None, ef_construction: int | None = None) -> None:
+        """Rewrite the index into a new file with only its live vectors and a rebuilt graph,
+        then rename it over the path: reclaims deleted vectors' space and is the only way to
+        change ``M``. Flushes first; every id survives. Needs free space for a second copy.
+        Readers in other processes move to the new file by themselves."""
+        self._raw.compact(M, ef_construction)
+
+    def info(self) -> dict:
+        """Counts, parameters and file details as a dict."""
+        return self._raw.info()
+
+    def close(self) -> None:
+        """Close the index and release its lock; unflushed changes are discarded. Idempotent."""
+        self._raw.close()
+
+    def __len__(self) -> int:
+        return self._raw.len()
+
+    def __contains__(self, id) -> bool:
+        try:
+            i = int(id)
+        except (TypeError, ValueError):
+            return False
+        return i >= 0 and self._raw.contains(i)
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None and not self._raw.is_closed() and not self.read_only:
+                self.flush()
+        finally:
+            self.close()
+
+    def __repr__(self) -> str:
+        if self._raw.is_closed():
+            return f"<chassis.Index {self.path!r} closed>"
+        mode = "read-only" if self.read_only else "writer"
+        return (
+            f"<chassis.Index {self.path!r} {mode}: {len(self)} vectors, "
+            f"{self.dims} dims, {self.metric}>"
+        )

@@ -1,0 +1,420 @@
+//! `chassis._chassis`: the native half of the Python package. The public class
+//! `chassis.Index` (python/chassis/__init__.py) checks and converts its arguments with numpy
+//! and calls `RawIndex`, which always receives C-contiguous float32 / uint64 arrays.
+//!
+//! Every call that does real work (add, search, flush, compact, get, delete) releases the GIL.
+//! One `RwLock` per index lets searches run together while writes run one at a time, so a
+//! Python thread can search while another adds.
+
+use std::path::PathBuf;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
+
+create_exception!(_chassis, ChassisError, PyException, "Base class of every Chassis error.");
+create_exception!(_chassis, CorruptError, ChassisError, "The file is damaged; restore it from a backup.");
+create_exception!(_chassis, NotChassisFileError, CorruptError, "The file is not a Chassis index.");
+create_exception!(_chassis, TooNewError, ChassisError, "The file needs a newer Chassis to read it; upgrade.");
+create_exception!(_chassis, LockedError, ChassisError, "Another writer holds the file; open it with read_only=True, or retry later.");
+create_exception!(_chassis, PoisonedError, ChassisError, "A flush failed; close and reopen the index (it recovers the last committed state).");
+create_exception!(_chassis, ReadOnlyError, ChassisError, "The index was opened read-only.");
+create_exception!(_chassis, DimensionMismatchError, ChassisError, "A vector's length differs from the index's dimensions.");
+create_exception!(_chassis, InvalidVectorError, ChassisError, "A vector holds NaN or infinity, or is zero under cosine.");
+create_exception!(_chassis, DuplicateIdError, ChassisError, "The id is already live.");
+create_exception!(_chassis, NotFoundError, ChassisError, "No live vector has that id.");
+create_exception!(_chassis, InvalidArgumentError, ChassisError, "An argument is out of range.");
+create_exception!(_chassis, FullError, ChassisError, "The index reached its largest size.");
+create_exception!(_chassis, StorageError, ChassisError, "The operating system reported an error (disk full, permissions, ...).");
+
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::Corrupt { .. } => CorruptError::new_err(msg),
+        Error::NotChassisFile => NotChassisFileError::new_err(msg),
+        Error::TooNew { .. } => TooNewError::new_err(msg),
+        Error::Locked => LockedError::new_err(format!(
+            "{msg} (from Python: chassis.Index.open(path, read_only=True) reads beside the writer)"
+        )),
+        Error::Poisoned => PoisonedError::new_err(msg),
+        Error::ReadOnly { .. } => ReadOnlyError::new_err(msg),
+        Error::DimensionMismatch { .. } => DimensionMismatchError::new_err(msg),
+        Error::InvalidVector { .. } => InvalidVectorError::new_err(msg),
+        Error::DuplicateId { .. } => DuplicateIdError::new_err(msg),
+        Error::NotFound { .. } => NotFoundError::new_err(msg),
+        Error::InvalidArgument(_) => InvalidArgumentError::new_err(msg),
+        Error::Full { .. } => FullError::new_err(msg),
+        _ => StorageError::new_err(msg),
+    }
+}
+
+enum Inner {
+    Writer(Index),
+    Reader(IndexReader),
+}
+
+/// The native index; use `chassis.Index`.
+#[pyclass(module = "chassis._chassis")]
+struct RawIndex {
+    inner: RwLock<Option<Inner>>,
+    path: PathBuf,
+}
+
+fn closed() -> PyErr {
+    InvalidArgumentError::new_err("the index is closed")
+}
+
+impl RawIndex {
+    fn read(&self) -> RwLockReadGuard<'_, Option<Inner>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, Option<Inner>> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+    fn with_writer<T>(&self, f: impl FnOnce(&mut Index) -> Result<T, Error>) -> PyResult<T> {
+        match self.write().as_mut() {
+            Some(Inner::Writer(ix)) => f(ix).map_err(to_py),
+            Some(Inner::Reader(_)) => Err(ReadOnlyError::new_err(
+                "opened with read_only=True; open without it to write (one writer at a time)",
+            )),
+            None => Err(closed()),
+        }
+    }
+}
+
+fn metric_of(s: &str) -> PyResult<Metric> {
+    Metric::parse(s)
+        .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown metric {s:?}: use \"cosine\", \"l2\" or \"ip\"")))
+}
+
+#[pymethods]
+impl RawIndex {
+    #[staticmethod]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        dims: usize,
+        metric: &str,
+        m: usize,
+        ef_construction: usize,
+    ) -> PyResult<RawIndex> {
+        let opts = Options::new(dims, metric_of(metric)?)
+            .m(m)
+            .ef_construction(ef_construction);
+        let p = path.clone();
+        let ix = py.allow_threads(|| Index::create(&p, opts)).map_err(to_py)?;
+        Ok(RawIndex {
+            inner: RwLock::new(Some(Inner::Writer(ix))),
+            path,
+        })
+    }
+
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<RawIndex> {
+        let p = path.clone();
+        let inner = py
+            .allow_threads(|| {
+                if read_only {
+                    IndexReader::open(&p).map(Inner::Reader)
+                } else {
+                    Index::open(&p).map(Inner::Writer)
+                }
+            })
+            .map_err(to_py)?;
+        Ok(RawIndex {
+            inner: RwLock::new(Some(inner)),
+            path,
+        })
+    }
+
+    fn add<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<PyReadonlyArray1<'py, u64>>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let rows = vectors.shape()[0];
+        let dims = vectors.shape()[1];
+        let data = vectors.as_slice()?.to_vec();
+        let ids: Option<Vec<u64>> = match ids {
+            Some(a) => Some(a.as_slice()?.to_vec()),
+            None => None,
+        };
+        let out = py.allow_threads(|| {
+            self.with_writer(|ix| {
+                let mut out = Vec::with_capacity(rows);
+                for r in 0..rows {
+                    let v = &data[r * dims..(r + 1) * dims];
+                    match &ids {
+                        Some(ids) => {
+                            ix.add_with_id(ids[r], v)?;
+                            out.push(ids[r]);
+                        }
+                        None => out.push(ix.add(v)?),
+                    }
+                }
+                Ok(out)
+            })
+        })?;
+        Ok(out.into_pyarray(py))
+    }
+
+    fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
+        let ids = ids.as_slice()?.to_vec();
+        py.allow_threads(|| {
+            self.with_writer(|ix| {
+                // All or nothing: every id must be live before any is deleted.
+                for &id in &ids {
+                    if !ix.contains(id)? {
+                        return Err(Error::NotFound { id });
+                    }
+                }
+                for &id in &ids {
+                    ix.delete(id)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let ids = ids.as_slice()?.to_vec();
+        let dims = self.dims()?;
+        let flat = py.allow_threads(|| -> PyResult<Vec<f32>> {
+            let g = self.read();
+            let mut flat = Vec::with_capacity(ids.len() * dims);
+            for &id in &ids {
+                let v = match g.as_ref() {
+                    Some(Inner::Writer(ix)) => ix.get(id),
+                    Some(Inner::Reader(r)) => r.get(id),
+                    None => return Err(closed()),
+                }
+                .map_err(to_py)?;
+                flat.extend(v);
+            }
+            Ok(flat)
+        })?;
+        flat.into_pyarray(py).reshape([ids.len(), dims])
+    }
+
+    fn contains(&self, id: u64) -> PyResult<bool> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => ix.contains(id).map_err(to_py),
+            Some(Inner::Reader(r)) => r.contains(id).map_err(to_py),
+            None => Err(closed()),
+        }
+    }
+
+    fn len(&self) -> PyResult<usize> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => Ok(ix.len()),
+            Some(Inner::Reader(r)) => r.len().map(|n| n as usize).map_err(to_py),
+            None => Err(closed()),
+        }
+    }
+
+    fn dims(&self) -> PyResult<usize> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => Ok(ix.dims()),
+            Some(Inner::Reader(r)) => Ok(r.dims()),
+            None => Err(closed()),
+        }
+    }
+
+    fn metric(&self) -> PyResult<String> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => Ok(ix.metric().name().to_string()),
+            Some(Inner::Reader(r)) => Ok(r.metric().name().to_string()),
+            None => Err(closed()),
+        }
+    }
+
+    fn read_only(&self) -> PyResult<bool> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => Ok(ix.read_only().is_some()),
+            Some(Inner::Reader(_)) => Ok(true),
+            None => Err(closed()),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.read().is_none()
+    }
+
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        py.allow_threads(|| self.with_writer(|ix| ix.flush()))
+    }
+
+    fn compact(
+        &self,
+        py: Python<'_>,
+        m: Option<usize>,
+        ef_construction: Option<usize>,
+    ) -> PyResult<()> {
+        py.allow_threads(|| {
+            self.with_writer(|ix| {
+                ix.compact(CompactOptions { m, ef_construction }).map(|_| ())
+            })
+        })
+    }
+
+    /// Returns (ids, distances), each rows × k, padded with u64::MAX and +inf.
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        ef: usize,
+        threads: usize,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let rows = queries.shape()[0];
+        let dims = queries.shape()[1];
+        let data = queries.as_slice()?.to_vec();
+        let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
+            let g = self.read();
+            let inner = g.as_ref().ok_or_else(closed)?;
+            let one = |q: &[f32]| match inner {
+                Inner::Writer(ix) => ix.search(q, k, ef),
+                Inner::Reader(r) => r.search(q, k, ef),
+            };
+            let mut ids = vec![u64::MAX; rows * k];
+            let mut dists = vec![f32::INFINITY; rows * k];
+            let threads = match threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                t => t,
+            }
+            .min(rows.max(1));
+            let chunk = rows.div_ceil(threads).max(1);
+            let results: Vec<Result<(), Error>> = std::thread::scope(|s| {
+                let handles: Vec<_> = ids
+                    .chunks_mut(chunk * k)
+                    .zip(dists.chunks_mut(chunk * k))
+                    .enumerate()
+                    .map(|(c, (ids, dists))| {
+                        let data = &data;
+                        let one = &one;
+                        s.spawn(move || -> Result<(), Error> {
+                            for (j, (ids, dists)) in
+                                ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate()
+                            {
+                                let r = c * chunk + j;
+                                let hits = one(&data[r * dims..(r + 1) * dims])?;
+                                for (i, h) in hits.iter().enumerate().take(k) {
+                                    ids[i] = h.id;
+                                    dists[i] = h.distance;
+                                }
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or(Err(Error::InvalidArgument("search thread panicked".into()))))
+                    .collect()
+            });
+            for r in results {
+                r.map_err(to_py)?;
+            }
+            Ok((ids, dists))
+        })?;
+        Ok((
+            ids.into_pyarray(py).reshape([rows, k])?,
+            dists.into_pyarray(py).reshape([rows, k])?,
+        ))
+    }
+
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let g = self.read();
+        match g.as_ref() {
+            Some(Inner::Writer(ix)) => {
+                let i = ix.info().map_err(to_py)?;
+                d.set_item("path", self.path.clone())?;
+                d.set_item("dims", i.dims)?;
+                d.set_item("metric", i.metric.name())?;
+                d.set_item("M", i.m)?;
+                d.set_item("ef_construction", i.ef_construction)?;
+                d.set_item("count", i.count)?;
+                d.set_item("deleted", i.deleted)?;
+                d.set_item("committed_count", i.committed_count)?;
+                d.set_item("delete_epoch", i.delete_epoch)?;
+                d.set_item("sequence", i.sequence)?;
+                d.set_item("segments", i.segments)?;
+                d.set_item("file_bytes", i.file_bytes)?;
+                d.set_item("custom_ids", i.custom_ids)?;
+                d.set_item("read_only", i.read_only.is_some())?;
+                d.set_item("pending_changes", ix.has_pending_changes())?;
+            }
+            Some(Inner::Reader(r)) => {
+                let snap = r.snapshot().map_err(to_py)?;
+                let h = r.header_of(&snap);
+                d.set_item("path", self.path.clone())?;
+                d.set_item("dims", r.dims())?;
+                d.set_item("metric", r.metric().name())?;
+                d.set_item("M", snap.m())?;
+                d.set_item("ef_construction", h.ef_construction)?;
+                d.set_item("count", snap.len())?;
+                d.set_item("deleted", h.deleted_count)?;
+                d.set_item("committed_count", snap.committed_count())?;
+                d.set_item("delete_epoch", snap.delete_epoch())?;
+                d.set_item("sequence", snap.sequence())?;
+                d.set_item("routing_count", snap.routing_count())?;
+                d.set_item("segments", h.segment_count)?;
+                d.set_item("custom_ids", h.flags & 1 != 0)?;
+                d.set_item("read_only", true)?;
+            }
+            None => return Err(closed()),
+        }
+        Ok(d)
+    }
+
+    /// Closes the index (discarding unflushed changes) and releases its lock.
+    fn close(&self, py: Python<'_>) {
+        py.allow_threads(|| {
+            self.write().take();
+        });
+    }
+}
+
+#[pymodule]
+fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<RawIndex>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    for (name, ty) in [
+        ("ChassisError", py.get_type::<ChassisError>()),
+        ("CorruptError", py.get_type::<CorruptError>()),
+        ("NotChassisFileError", py.get_type::<NotChassisFileError>()),
+        ("TooNewError", py.get_type::<TooNewError>()),
+        ("LockedError", py.get_type::<LockedError>()),
+        ("PoisonedError", py.get_type::<PoisonedError>()),
+        ("ReadOnlyError", py.get_type::<ReadOnlyError>()),
+        ("DimensionMismatchError", py.get_type::<DimensionMismatchError>()),
+        ("InvalidVectorError", py.get_type::<InvalidVectorError>()),
+        ("DuplicateIdError", py.get_type::<DuplicateIdError>()),
+        ("NotFoundError", py.get_type::<NotFoundError>()),
+        ("InvalidArgumentError", py.get_type::<InvalidArgumentError>()),
+        ("FullError", py.get_type::<FullError>()),
+        ("StorageError", py.get_type::<StorageError>()),
+    ] {
+        m.add(name, ty)?;
+    }
+    Ok(())
+}

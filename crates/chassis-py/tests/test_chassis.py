@@ -1,0 +1,224 @@
+"""The Python package end to end (run with pytest after `pip install ./crates/chassis-py`)."""
+
+import multiprocessing as mp
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import chassis
+
+RNG = np.random.default_rng(7)
+
+
+def clustered(n, dims, seed=1):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(n // 100, 1), dims)) * 4
+    return (centres[rng.integers(0, len(centres), n)] + rng.normal(size=(n, dims))).astype(
+        np.float32
+    )
+
+
+def test_round_trip_reopen_and_padding(tmp_path):
+    path = tmp_path / "a.chassis"
+    data = clustered(500, 16)
+    ix = chassis.Index.create(path, dims=16, metric="l2", M=12, ef_construction=100)
+    ids = ix.add(data)
+    assert ids.dtype == np.uint64 and list(ids[:3]) == [0, 1, 2] and len(ix) == 500
+    found, dist = ix.search(data[:20], k=5)
+    assert found.shape == (20, 5) and found.dtype == np.uint64 and dist.dtype == np.float32
+    assert list(found[:, 0]) == list(range(20))
+    assert np.allclose(dist[:, 0], 0)
+    ix.flush()
+    assert "writer" in repr(ix) and "500 vectors" in repr(ix)
+    ix.close()
+    assert "closed" in repr(ix)
+    ix.close()  # idempotent
+    ix = chassis.Index.open(path)
+    assert len(ix) == 500 and 499 in ix and 500 not in ix and "x" not in ix
+    np.testing.assert_array_equal(ix.get(7), data[7])
+    np.testing.assert_array_equal(ix.get([7, 8]), data[7:9])
+    info = ix.info()
+    assert info["count"] == 500 and info["M"] == 12 and info["metric"] == "l2"
+    # A 1-D query, float64, non-contiguous: all accepted.
+    q = np.asfortranarray(data[:4].astype(np.float64))
+    f2, _ = ix.search(q, k=1)
+    assert list(f2[:, 0]) == [0, 1, 2, 3]
+    f1, _ = ix.search(data[3], k=1)
+    assert f1.shape == (1, 1) and f1[0, 0] == 3
+    # Fewer live vectors than k: documented padding.
+    small = chassis.Index.create(tmp_path / "s.chassis", dims=16, metric="l2")
+    small.add(data[:3])
+    f, d = small.search(data[0], k=5)
+    assert list(f[0, 3:]) == [chassis.MISSING_ID] * 2 and np.isinf(d[0, 3:]).all()
+
+
+def test_deletes_custom_ids_and_context_manager(tmp_path):
+    path = tmp_path / "d.chassis"
+    data = clustered(300, 8)
+    with chassis.Index.create(path, dims=8, metric="cosine") as ix:
+        ix.add(data[:100], ids=np.arange(1000, 1100))
+        ix.add(data[100], ids=5000)
+    # Flushed by the with block.
+    with chassis.Index.open(path) as ix:
+        assert len(ix) == 101 and 5000 in ix and 1050 in ix
+        with pytest.raises(chassis.DuplicateIdError):
+            ix.add(data[0], ids=1000)
+        with pytest.raises(chassis.NotFoundError):
+            ix.delete([1001, 424242])  # all or nothing
+        assert 1001 in ix
+        ix.delete([1001, 1002])
+        found, _ = ix.search(data[1], k=10)
+        assert 1001 not in found
+        # Cosine stores the unit vector.
+        v = ix.get(1003)
+        assert abs(np.linalg.norm(v) - 1) < 1e-5
+    # The block raised: nothing is flushed.
+    with pytest.raises(RuntimeError):
+        with chassis.Index.open(path) as ix:
+            ix.delete(1003)
+            raise RuntimeError("boom")
+    ix = chassis.Index.open(path)
+    assert 1003 in ix and 1001 not in ix and len(ix) == 99
+    # Compaction keeps every id and can change M.
+    ix.compact(M=8)
+    assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    ix = chassis.Index.create(tmp_path / "b.chassis", dims=4, metric="l2")
+    with pytest.raises(TypeError):
+        ix.add(np.array([["a", "b", "c", "d"]]))
+    with pytest.raises(chassis.DimensionMismatchError):
+        ix.add(np.zeros((2, 5), np.float32))
+    with pytest.raises(chassis.DimensionMismatchError):
+        ix.add(np.zeros((2, 2, 4), np.float32))
+    with pytest.raises(chassis.InvalidVectorError, match="finite"):
+        ix.add(np.array([1.0, np.nan, 0.0, 0.0]))
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.search(np.zeros(4), k=0)
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.add(np.zeros((2, 4)), ids=[1])
+    with pytest.raises(chassis.InvalidArgumentError, match="metric"):
+        chassis.Index.create(tmp_path / "m.chassis", dims=4, metric="hamming")
+    with pytest.raises(chassis.ChassisError):
+        chassis.Index.open(tmp_path / "missing.chassis")
+    (tmp_path / "junk.chassis").write_bytes(b"not an index" * 100)
+    with pytest.raises(chassis.CorruptError):
+        chassis.Index.open(tmp_path / "junk.chassis")
+    assert len(ix) == 0
+    with pytest.raises(TypeError):
+        chassis.Index()
+
+
+def test_a_second_writer_is_refused_and_readers_cannot_write(tmp_path):
+    path = tmp_path / "l.chassis"
+    ix = chassis.Index.create(path, dims=4, metric="l2")
+    with pytest.raises(chassis.LockedError, match="read_only"):
+        chassis.Index.open(path)
+    r = chassis.Index.open(path, read_only=True)
+    assert r.read_only and len(r) == 0
+    with pytest.raises(chassis.ReadOnlyError):
+        r.add(np.zeros(4))
+    ix.close()
+    chassis.Index.open(path).close()
+
+
+def _reader(path, dims, queue, flushes):
+    r = chassis.Index.open(path, read_only=True)
+    seen = []
+    deadline = time.time() + 60
+    while len(seen) < flushes and time.time() < deadline:
+        n = len(r)
+        if not seen or n != seen[-1]:
+            seen.append(n)
+            # Every id it returns is committed: below n (ids are 0..n-1 here).
+            found, _ = r.search(np.ones(dims, np.float32), k=5)
+            if (found[found != chassis.MISSING_ID] >= n).any():
+                queue.put(("bad", n))
+                return
+            queue.put(("seen", n))
+        time.sleep(0.001)
+    queue.put(("done", seen))
+
+
+def test_a_reader_process_sees_each_flush_while_the_writer_writes(tmp_path):
+    path = str(tmp_path / "p.chassis")
+    dims, batches, per = 8, 5, 200
+    data = clustered(batches * per, dims)
+    ix = chassis.Index.create(path, dims=dims, metric="l2")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_reader, args=(path, dims, queue, batches + 1))
+    proc.start()
+    assert queue.get(timeout=60) == ("seen", 0)
+    for b in range(batches):
+        ix.add(data[b * per : (b + 1) * per])
+        ix.add(data[:5] + 1000)  # unflushed work beyond the flush...
+        ix.flush()
+        # ...the reader sees exactly this flush before the writer goes on.
+        assert queue.get(timeout=60) == ("seen", len(ix))
+    kind, seen = queue.get(timeout=60)
+    proc.join(timeout=60)
+    assert kind == "done" and seen == [0] + [(b + 1) * (per + 5) for b in range(batches)]
+
+
+def test_recall_against_numpy_brute_force(tmp_path):
+    data = clustered(5000, 32, seed=3)
+    queries = clustered(100, 32, seed=4)
+    for metric in ["l2", "cosine", "ip"]:
+        ix = chassis.Index.create(tmp_path / f"{metric}.chassis", dims=32, metric=metric)
+        ix.add(data)
+        # Inner product on unnormalised data is the hardest case for HNSW (hnswlib too): it
+        # needs a wider beam for the same recall.
+        found, _ = ix.search(queries, k=10, ef=128 if metric == "ip" else 64)
+        if metric == "l2":
+            d = ((queries[:, None, :] - data[None, :, :]) ** 2).sum(-1)
+        elif metric == "cosine":
+            dn = data / np.linalg.norm(data, axis=1, keepdims=True)
+            qn = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+            d = 1 - qn @ dn.T
+        else:
+            d = 1 - queries @ data.T
+        truth = np.argsort(d, axis=1)[:, :10]
+        recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
+        assert recall >= 0.95, (metric, recall)
+
+
+def test_threads_search_while_another_adds(tmp_path):
+    data = clustered(4000, 16)
+    ix = chassis.Index.create(tmp_path / "t.chassis", dims=16, metric="l2")
+    ix.add(data[:1000])
+    errors = []
+    done = threading.Event()
+
+    def searcher():
+        while not done.is_set():
+            try:
+                found, _ = ix.search(data[:50], k=1, threads=1)
+                if list(found[:, 0]) != list(range(50)):
+                    errors.append(found[:, 0])
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(1000, 4000, 500):
+        ix.add(data[i : i + 500])
+    done.set()
+    for t in threads:
+        t.join()
+    assert not errors and len(ix) == 4000
+    # Batch search on all cores equals one thread.
+    a, _ = ix.search(data[:200], k=5, threads=0)
+    b, _ = ix.search(data[:200], k=5, threads=1)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_help_reads_like_a_manual():
+    doc = chassis.Index.__doc__
+    assert "One writer, many readers" in doc and "All or nothing" in doc
+    for name in ["create", "open", "add", "delete", "get", "search", "flush", "compact", "close"]:
+        assert getattr(chassis.Index, name).__doc__, name
