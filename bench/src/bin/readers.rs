@@ -139,7 +139,11 @@ fn writer(a: &Args, dir: &Path) {
         ix.add(base.row(i)).expect("add");
     }
     ix.flush().expect("flush");
-    eprintln!("writer: base of {} built in {:.1} s", a.base, t.elapsed().as_secs_f64());
+    eprintln!(
+        "writer: base of {} built in {:.1} s",
+        a.base,
+        t.elapsed().as_secs_f64()
+    );
     let mut next = a.base;
     let mut live: Vec<u64> = (0..a.base as u64).collect();
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
@@ -195,6 +199,9 @@ fn pass(r: &IndexReader, snap: &chassis::Snapshot, q: &Vectors, errors: &mut u64
     out
 }
 
+/// A concurrent pass: phase kind, phase counter, snapshot sequence, routed, results.
+type Pass = (String, u64, u64, bool, Vec<Vec<u64>>);
+
 struct Reference {
     truth: Vec<Vec<u64>>,
     live: HashSet<u64>,
@@ -218,7 +225,7 @@ fn reader(a: &Args, dir: &Path, me: usize) {
     let mut searches = 0u64;
     let mut last_seq = 0;
     // Concurrent passes: (phase kind, phase counter, snapshot sequence, routed, results).
-    let mut concurrent: Vec<(String, u64, u64, bool, Vec<Vec<u64>>)> = Vec::new();
+    let mut concurrent: Vec<Pass> = Vec::new();
     // Reference passes by key: flush phases by snapshot sequence, bulk by paused counter.
     let mut idle: HashMap<u64, Reference> = HashMap::new();
     let mut paused: HashMap<u64, Reference> = HashMap::new();
@@ -317,10 +324,9 @@ fn main() {
         }
         return;
     }
-    let tmp = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("chassis-readers-{}", std::process::id())));
+    let tmp = a.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("chassis-readers-{}", std::process::id()))
+    });
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).expect("dir");
     let (_, _, name) = dataset(&a);
@@ -348,7 +354,10 @@ fn main() {
     let mut pairs: BTreeMap<(String, usize, u8), Vec<f64>> = BTreeMap::new();
     for r in 0..a.readers {
         let res = fs::read_to_string(tmp.join(format!("result-{r}"))).unwrap_or_default();
-        let v: Vec<u64> = res.split_whitespace().filter_map(|s| s.parse().ok()).collect();
+        let v: Vec<u64> = res
+            .split_whitespace()
+            .filter_map(|s| s.parse().ok())
+            .collect();
         if v.len() == 4 {
             searches += v[0];
             errors += v[1];
@@ -363,7 +372,11 @@ fn main() {
         {
             let p: Vec<&str> = line.split(' ').collect();
             pairs
-                .entry((p[0].to_string(), p[1].parse().unwrap(), p[2].parse().unwrap()))
+                .entry((
+                    p[0].to_string(),
+                    p[1].parse().unwrap(),
+                    p[2].parse().unwrap(),
+                ))
                 .or_default()
                 .push(p[3].parse().unwrap());
         }
@@ -403,7 +416,11 @@ fn main() {
             xs.len(),
             100.0 * share,
             if *routed == 1 {
-                if ok { "yes" } else { "NO" }
+                if ok {
+                    "yes"
+                } else {
+                    "NO"
+                }
             } else {
                 "-"
             }

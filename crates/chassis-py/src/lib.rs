@@ -20,20 +20,90 @@ use pyo3::types::PyDict;
 
 use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
 
-create_exception!(_chassis, ChassisError, PyException, "Base class of every Chassis error.");
-create_exception!(_chassis, CorruptError, ChassisError, "The file is damaged; restore it from a backup.");
-create_exception!(_chassis, NotChassisFileError, CorruptError, "The file is not a Chassis index.");
-create_exception!(_chassis, TooNewError, ChassisError, "The file needs a newer Chassis to read it; upgrade.");
-create_exception!(_chassis, LockedError, ChassisError, "Another writer holds the file; open it with read_only=True, or retry later.");
-create_exception!(_chassis, PoisonedError, ChassisError, "A flush failed; close and reopen the index (it recovers the last committed state).");
-create_exception!(_chassis, ReadOnlyError, ChassisError, "The index was opened read-only.");
-create_exception!(_chassis, DimensionMismatchError, ChassisError, "A vector's length differs from the index's dimensions.");
-create_exception!(_chassis, InvalidVectorError, ChassisError, "A vector holds NaN or infinity, or is zero under cosine.");
-create_exception!(_chassis, DuplicateIdError, ChassisError, "The id is already live.");
-create_exception!(_chassis, NotFoundError, ChassisError, "No live vector has that id.");
-create_exception!(_chassis, InvalidArgumentError, ChassisError, "An argument is out of range.");
-create_exception!(_chassis, FullError, ChassisError, "The index reached its largest size.");
-create_exception!(_chassis, StorageError, ChassisError, "The operating system reported an error (disk full, permissions, ...).");
+create_exception!(
+    _chassis,
+    ChassisError,
+    PyException,
+    "Base class of every Chassis error."
+);
+create_exception!(
+    _chassis,
+    CorruptError,
+    ChassisError,
+    "The file is damaged; restore it from a backup."
+);
+create_exception!(
+    _chassis,
+    NotChassisFileError,
+    CorruptError,
+    "The file is not a Chassis index."
+);
+create_exception!(
+    _chassis,
+    TooNewError,
+    ChassisError,
+    "The file needs a newer Chassis to read it; upgrade."
+);
+create_exception!(
+    _chassis,
+    LockedError,
+    ChassisError,
+    "Another writer holds the file; open it with read_only=True, or retry later."
+);
+create_exception!(
+    _chassis,
+    PoisonedError,
+    ChassisError,
+    "A flush failed; close and reopen the index (it recovers the last committed state)."
+);
+create_exception!(
+    _chassis,
+    ReadOnlyError,
+    ChassisError,
+    "The index was opened read-only."
+);
+create_exception!(
+    _chassis,
+    DimensionMismatchError,
+    ChassisError,
+    "A vector's length differs from the index's dimensions."
+);
+create_exception!(
+    _chassis,
+    InvalidVectorError,
+    ChassisError,
+    "A vector holds NaN or infinity, or is zero under cosine."
+);
+create_exception!(
+    _chassis,
+    DuplicateIdError,
+    ChassisError,
+    "The id is already live."
+);
+create_exception!(
+    _chassis,
+    NotFoundError,
+    ChassisError,
+    "No live vector has that id."
+);
+create_exception!(
+    _chassis,
+    InvalidArgumentError,
+    ChassisError,
+    "An argument is out of range."
+);
+create_exception!(
+    _chassis,
+    FullError,
+    ChassisError,
+    "The index reached its largest size."
+);
+create_exception!(
+    _chassis,
+    StorageError,
+    ChassisError,
+    "The operating system reported an error (disk full, permissions, ...)."
+);
 
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -57,9 +127,12 @@ fn to_py(e: Error) -> PyErr {
 }
 
 enum Inner {
-    Writer(Index),
-    Reader(IndexReader),
+    Writer(Box<Index>),
+    Reader(Box<IndexReader>),
 }
+
+/// What `search` returns: ids and distances, rows × k.
+type Hits<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
 
 /// The native index; use `chassis.Index`.
 #[pyclass(module = "chassis._chassis")]
@@ -91,8 +164,11 @@ impl RawIndex {
 }
 
 fn metric_of(s: &str) -> PyResult<Metric> {
-    Metric::parse(s)
-        .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown metric {s:?}: use \"cosine\", \"l2\" or \"ip\"")))
+    Metric::parse(s).ok_or_else(|| {
+        InvalidArgumentError::new_err(format!(
+            "unknown metric {s:?}: use \"cosine\", \"l2\" or \"ip\""
+        ))
+    })
 }
 
 #[pymethods]
@@ -110,9 +186,11 @@ impl RawIndex {
             .m(m)
             .ef_construction(ef_construction);
         let p = path.clone();
-        let ix = py.allow_threads(|| Index::create(&p, opts)).map_err(to_py)?;
+        let ix = py
+            .allow_threads(|| Index::create(&p, opts))
+            .map_err(to_py)?;
         Ok(RawIndex {
-            inner: RwLock::new(Some(Inner::Writer(ix))),
+            inner: RwLock::new(Some(Inner::Writer(Box::new(ix)))),
             path,
         })
     }
@@ -123,9 +201,9 @@ impl RawIndex {
         let inner = py
             .allow_threads(|| {
                 if read_only {
-                    IndexReader::open(&p).map(Inner::Reader)
+                    IndexReader::open(&p).map(|r| Inner::Reader(Box::new(r)))
                 } else {
-                    Index::open(&p).map(Inner::Writer)
+                    Index::open(&p).map(|ix| Inner::Writer(Box::new(ix)))
                 }
             })
             .map_err(to_py)?;
@@ -269,7 +347,8 @@ impl RawIndex {
     ) -> PyResult<()> {
         py.allow_threads(|| {
             self.with_writer(|ix| {
-                ix.compact(CompactOptions { m, ef_construction }).map(|_| ())
+                ix.compact(CompactOptions { m, ef_construction })
+                    .map(|_| ())
             })
         })
     }
@@ -282,7 +361,7 @@ impl RawIndex {
         k: usize,
         ef: usize,
         threads: usize,
-    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+    ) -> PyResult<Hits<'py>> {
         let rows = queries.shape()[0];
         let dims = queries.shape()[1];
         let data = queries.as_slice()?.to_vec();
@@ -326,7 +405,10 @@ impl RawIndex {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or(Err(Error::InvalidArgument("search thread panicked".into()))))
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or(Err(Error::InvalidArgument("search thread panicked".into())))
+                    })
                     .collect()
             });
             for r in results {
@@ -406,11 +488,17 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("LockedError", py.get_type::<LockedError>()),
         ("PoisonedError", py.get_type::<PoisonedError>()),
         ("ReadOnlyError", py.get_type::<ReadOnlyError>()),
-        ("DimensionMismatchError", py.get_type::<DimensionMismatchError>()),
+        (
+            "DimensionMismatchError",
+            py.get_type::<DimensionMismatchError>(),
+        ),
         ("InvalidVectorError", py.get_type::<InvalidVectorError>()),
         ("DuplicateIdError", py.get_type::<DuplicateIdError>()),
         ("NotFoundError", py.get_type::<NotFoundError>()),
-        ("InvalidArgumentError", py.get_type::<InvalidArgumentError>()),
+        (
+            "InvalidArgumentError",
+            py.get_type::<InvalidArgumentError>(),
+        ),
         ("FullError", py.get_type::<FullError>()),
         ("StorageError", py.get_type::<StorageError>()),
     ] {
