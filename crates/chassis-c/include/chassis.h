@@ -68,14 +68,20 @@ extern "C" {
 #endif // __cplusplus
 
 // The library version, e.g. "0.1.0" (static; never free it).
+//
+// Thread safety: any thread.
 const char *chassis_version(void);
 
 // The message of the last failed call on this thread ("" after a success). Valid until the
 // next Chassis call on the same thread; never free it.
+//
+// Thread safety: any thread; the message is the calling thread's own.
 const char *chassis_last_error_message(void);
 
 // Creates a new index file at `path` (which must not exist, or be empty) and opens it as the
 // writer. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
+//
+// Thread safety: any thread.
 //
 // # Safety
 // `path` is a NUL-terminated UTF-8 string; `out` points to writable storage for a handle.
@@ -89,6 +95,8 @@ enum chassis_status chassis_create(const char *path,
 // Opens an existing index file as its writer (exclusive lock: `CHASSIS_STATUS_LOCKED` if
 // another writer has it). Runs recovery if a crash interrupted a flush.
 //
+// Thread safety: any thread.
+//
 // # Safety
 // `path` is a NUL-terminated UTF-8 string; `out_index` points to writable storage.
 enum chassis_status chassis_open(const char *path, struct chassis_index **out_index);
@@ -96,12 +104,16 @@ enum chassis_status chassis_open(const char *path, struct chassis_index **out_in
 // Opens a lock-free reader: works in any process while a writer holds the file; every search
 // sees the last flush.
 //
+// Thread safety: any thread.
+//
 // # Safety
 // `path` is a NUL-terminated UTF-8 string; `out_reader` points to writable storage.
 enum chassis_status chassis_open_reader(const char *path, struct chassis_reader **out_reader);
 
 // Adds a vector of `dims` floats; the index assigns its id (written to `out_id` if not null).
 // Durable at the next `chassis_flush`.
+//
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 //
 // # Safety
 // `index` is a live handle; `vector` points to `dims` floats; `out_id` is null or writable.
@@ -112,6 +124,8 @@ enum chassis_status chassis_add(struct chassis_index *index,
 
 // Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 //
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+//
 // # Safety
 // `index` is a live handle; `vector` points to `dims` floats.
 enum chassis_status chassis_add_with_id(struct chassis_index *index,
@@ -121,11 +135,15 @@ enum chassis_status chassis_add_with_id(struct chassis_index *index,
 
 // Deletes `id` (`CHASSIS_STATUS_NOT_FOUND` if it is not live). Durable at the next flush.
 //
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+//
 // # Safety
 // `index` is a live handle.
 enum chassis_status chassis_delete(struct chassis_index *index, uint64_t id);
 
 // Makes every add and delete since the last flush durable, all together.
+//
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 //
 // # Safety
 // `index` is a live handle.
@@ -133,6 +151,8 @@ enum chassis_status chassis_flush(struct chassis_index *index);
 
 // Rewrites the index into a new file with only its live vectors (flushing first); `m` and
 // `ef_construction` of 0 keep the current values. Readers move to the new file by themselves.
+//
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 //
 // # Safety
 // `index` is a live handle.
@@ -142,6 +162,9 @@ enum chassis_status chassis_compact(struct chassis_index *index, size_t m, size_
 // max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and
 // distances (`distances` may be null) and the count written to `found`: fewer than `k` only
 // when the index holds fewer live vectors.
+//
+// Thread safety: runs concurrently with other searches and lengths on the same index; waits
+// for a write in progress.
 //
 // # Safety
 // `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
@@ -157,6 +180,8 @@ enum chassis_status chassis_search(const struct chassis_index *index,
 
 // [`chassis_search`] on a reader: a fresh snapshot of what is committed.
 //
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
 // # Safety
 // As for `chassis_search`, with a live reader handle.
 enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
@@ -170,11 +195,16 @@ enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
 
 // Live vectors the writer sees (its unflushed work included).
 //
+// Thread safety: runs concurrently with other searches and lengths on the same index; waits
+// for a write in progress.
+//
 // # Safety
 // `index` is a live handle; `out_len` is writable.
 enum chassis_status chassis_len(const struct chassis_index *index, uint64_t *out_len);
 
 // Live vectors in a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
 //
 // # Safety
 // `reader` is a live handle; `out_len` is writable.
@@ -183,11 +213,15 @@ enum chassis_status chassis_reader_len(const struct chassis_reader *reader, uint
 // Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
 // `chassis_flush` first). Null is ignored.
 //
+// Thread safety: never while another thread uses the handle.
+//
 // # Safety
 // `index` is null or a live handle no other thread is using; it is invalid afterwards.
 void chassis_close(struct chassis_index *index);
 
 // Closes a reader. Null is ignored.
+//
+// Thread safety: never while another thread uses the handle.
 //
 // # Safety
 // `reader` is null or a live handle no other thread is using; it is invalid afterwards.

@@ -189,6 +189,8 @@ fn write(ix: &chassis_index) -> std::sync::RwLockWriteGuard<'_, Index> {
 }
 
 /// The library version, e.g. "0.1.0" (static; never free it).
+///
+/// Thread safety: any thread.
 #[no_mangle]
 pub extern "C" fn chassis_version() -> *const c_char {
     static VERSION: &CStr =
@@ -201,6 +203,8 @@ pub extern "C" fn chassis_version() -> *const c_char {
 
 /// The message of the last failed call on this thread ("" after a success). Valid until the
 /// next Chassis call on the same thread; never free it.
+///
+/// Thread safety: any thread; the message is the calling thread's own.
 #[no_mangle]
 pub extern "C" fn chassis_last_error_message() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
@@ -208,6 +212,8 @@ pub extern "C" fn chassis_last_error_message() -> *const c_char {
 
 /// Creates a new index file at `path` (which must not exist, or be empty) and opens it as the
 /// writer. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
+///
+/// Thread safety: any thread.
 ///
 /// # Safety
 /// `path` is a NUL-terminated UTF-8 string; `out` points to writable storage for a handle.
@@ -244,6 +250,8 @@ pub unsafe extern "C" fn chassis_create(
 /// Opens an existing index file as its writer (exclusive lock: `CHASSIS_STATUS_LOCKED` if
 /// another writer has it). Runs recovery if a crash interrupted a flush.
 ///
+/// Thread safety: any thread.
+///
 /// # Safety
 /// `path` is a NUL-terminated UTF-8 string; `out_index` points to writable storage.
 #[no_mangle]
@@ -268,6 +276,8 @@ pub unsafe extern "C" fn chassis_open(
 /// Opens a lock-free reader: works in any process while a writer holds the file; every search
 /// sees the last flush.
 ///
+/// Thread safety: any thread.
+///
 /// # Safety
 /// `path` is a NUL-terminated UTF-8 string; `out_reader` points to writable storage.
 #[no_mangle]
@@ -289,6 +299,8 @@ pub unsafe extern "C" fn chassis_open_reader(
 
 /// Adds a vector of `dims` floats; the index assigns its id (written to `out_id` if not null).
 /// Durable at the next `chassis_flush`.
+///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 ///
 /// # Safety
 /// `index` is a live handle; `vector` points to `dims` floats; `out_id` is null or writable.
@@ -315,6 +327,8 @@ pub unsafe extern "C" fn chassis_add(
 
 /// Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 ///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+///
 /// # Safety
 /// `index` is a live handle; `vector` points to `dims` floats.
 #[no_mangle]
@@ -336,6 +350,8 @@ pub unsafe extern "C" fn chassis_add_with_id(
 
 /// Deletes `id` (`CHASSIS_STATUS_NOT_FOUND` if it is not live). Durable at the next flush.
 ///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+///
 /// # Safety
 /// `index` is a live handle.
 #[no_mangle]
@@ -349,6 +365,8 @@ pub unsafe extern "C" fn chassis_delete(index: *mut chassis_index, id: u64) -> c
 }
 
 /// Makes every add and delete since the last flush durable, all together.
+///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 ///
 /// # Safety
 /// `index` is a live handle.
@@ -364,6 +382,8 @@ pub unsafe extern "C" fn chassis_flush(index: *mut chassis_index) -> chassis_sta
 
 /// Rewrites the index into a new file with only its live vectors (flushing first); `m` and
 /// `ef_construction` of 0 keep the current values. Readers move to the new file by themselves.
+///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 ///
 /// # Safety
 /// `index` is a live handle.
@@ -412,6 +432,9 @@ fn write_hits(
 /// distances (`distances` may be null) and the count written to `found`: fewer than `k` only
 /// when the index holds fewer live vectors.
 ///
+/// Thread safety: runs concurrently with other searches and lengths on the same index; waits
+/// for a write in progress.
+///
 /// # Safety
 /// `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
 /// `distances` is null or has room for `k`; `found` is writable.
@@ -438,6 +461,8 @@ pub unsafe extern "C" fn chassis_search(
 
 /// [`chassis_search`] on a reader: a fresh snapshot of what is committed.
 ///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
 /// # Safety
 /// As for `chassis_search`, with a live reader handle.
 #[no_mangle]
@@ -463,6 +488,9 @@ pub unsafe extern "C" fn chassis_reader_search(
 
 /// Live vectors the writer sees (its unflushed work included).
 ///
+/// Thread safety: runs concurrently with other searches and lengths on the same index; waits
+/// for a write in progress.
+///
 /// # Safety
 /// `index` is a live handle; `out_len` is writable.
 #[no_mangle]
@@ -481,6 +509,8 @@ pub unsafe extern "C" fn chassis_len(
 }
 
 /// Live vectors in a fresh snapshot of what is committed.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
 ///
 /// # Safety
 /// `reader` is a live handle; `out_len` is writable.
@@ -503,6 +533,8 @@ pub unsafe extern "C" fn chassis_reader_len(
 /// Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
 /// `chassis_flush` first). Null is ignored.
 ///
+/// Thread safety: never while another thread uses the handle.
+///
 /// # Safety
 /// `index` is null or a live handle no other thread is using; it is invalid afterwards.
 #[no_mangle]
@@ -514,6 +546,8 @@ pub unsafe extern "C" fn chassis_close(index: *mut chassis_index) {
 }
 
 /// Closes a reader. Null is ignored.
+///
+/// Thread safety: never while another thread uses the handle.
 ///
 /// # Safety
 /// `reader` is null or a live handle no other thread is using; it is invalid afterwards.
