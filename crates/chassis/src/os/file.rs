@@ -52,6 +52,22 @@ impl FileStorage {
         &self.path
     }
 
+    /// The portable allocation (macOS, the BSDs, and Linux file systems without fallocate;
+    /// untested outside Linux): writing zeros makes the file system allocate every block now,
+    /// so a full disk fails here rather than as SIGBUS under a mapping. The Storage contract
+    /// allows it: callers only allocate ranges nothing committed lives in yet.
+    fn allocate_by_writing(&self, offset: u64, end: u64) -> Result<()> {
+        self.grow(end)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = offset;
+        while at < end {
+            let n = (end - at).min(zeros.len() as u64) as usize;
+            self.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// Whether the path still names the file this handle has open (after taking the lock, a
     /// writer checks this: locks follow the inode, not the path; decision 8).
     pub fn still_at_path(&self) -> Result<bool> {
@@ -125,19 +141,20 @@ impl Storage for FileStorage {
         if len == 0 {
             return Ok(());
         }
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| Error::Io(io::Error::other("allocation past 2^64 bytes")))?;
         #[cfg(target_os = "linux")]
         {
             use rustix::fs::{fallocate, FallocateFlags};
             match fallocate(&*self.file, FallocateFlags::empty(), offset, len) {
                 Ok(()) => return Ok(()),
-                // Filesystems without fallocate: fall back to growing the file.
+                // File systems without fallocate take the portable path below.
                 Err(e) if e == rustix::io::Errno::OPNOTSUPP => {}
                 Err(e) => return Err(Error::Io(e.into())),
             }
         }
-        // Untested elsewhere (macOS F_PREALLOCATE, Windows SetEndOfFile arrive with the
-        // allocation-ahead work): growing at least makes the range exist.
-        self.grow(offset + len)
+        self.allocate_by_writing(offset, end)
     }
 
     fn sync(&self) -> Result<()> {
@@ -210,4 +227,26 @@ pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
         _ => Path::new("."),
     };
     Ok(File::open(dir)?.sync_all()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_portable_allocation_zeroes_only_its_range_and_allocates_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let f = FileStorage::create(&path).unwrap();
+        f.write_at(0, &[7u8; 100]).unwrap();
+        f.allocate_by_writing(4096, 3 << 20).unwrap();
+        assert_eq!(f.len().unwrap(), 3 << 20);
+        let mut head = [0u8; 100];
+        f.read_at(0, &mut head).unwrap();
+        assert_eq!(head, [7u8; 100], "outside the range: untouched");
+        assert!(
+            f.allocated_bytes().unwrap() >= (3 << 20) - 4096,
+            "blocks exist"
+        );
+    }
 }

@@ -36,7 +36,10 @@ pub trait Storage: Send + Sync + 'static {
     /// Maps `len` bytes at `offset` (a multiple of 64 KiB), shared with every other mapping and
     /// process; `writable` only for the writer. The range must lie inside the file.
     fn map(&self, offset: u64, len: u64, writable: bool) -> Result<Region>;
-    /// Allocates blocks for `offset..offset + len` so later writes cannot fail for space.
+    /// Allocates blocks for `offset..offset + len` so later writes (through a mapping too)
+    /// cannot fail for space: fallocate on Linux, writing zeros where that is missing. Callers
+    /// only allocate ranges that hold nothing committed and nothing this writer wrote yet (new
+    /// slots, heap entries and table pages), because the portable path zeroes them.
     fn allocate(&self, offset: u64, len: u64) -> Result<()>;
     /// Makes every write so far durable (fsync; F_FULLFSYNC on Apple platforms).
     fn sync(&self) -> Result<()>;

@@ -410,7 +410,15 @@ impl Store {
                 return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
             }
             self.upper_chunks.push(Mapped { offset, region });
-            self.upper_allocated.push(0);
+            // Committed entries were written and made durable, so their blocks exist; and the
+            // portable allocation path zeroes what it allocates, so it must never cover them.
+            let (next_chunk, next_off) = record::split_heap_ref(self.header.upper_heap_next);
+            let done = match k.cmp(&u64::from(next_chunk)) {
+                std::cmp::Ordering::Less => self.geometry.heap_chunk_bytes(k),
+                std::cmp::Ordering::Equal => u64::from(next_off),
+                std::cmp::Ordering::Greater => 0,
+            };
+            self.upper_allocated.push(done);
         }
         let next = self.header.upper_heap_next;
         let (chunk, off) = record::split_heap_ref(next);
