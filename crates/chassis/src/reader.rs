@@ -668,10 +668,16 @@ impl IndexReader {
             Some((off, page.offset + at))
         };
         let routing = live_words[0] != u64::MAX;
-        let segments_wanted = h.segment_count.max(if routing { live_words[1] } else { 0 });
-        let chunks_wanted = h
-            .upper_heap_chunk_count
-            .max(if routing { live_words[2] } else { 0 });
+        // The live page has no checksum: its counts are hints, bounded by what the file can
+        // hold (every region is at least 64 KiB), never trusted for an allocation.
+        let live_bound = |n: u64| -> Result<u64> {
+            if !routing || n == 0 {
+                return Ok(0);
+            }
+            Ok(n.min(file.storage.len()? / format::REGION_ALIGN))
+        };
+        let segments_wanted = h.segment_count.max(live_bound(live_words[1])?);
+        let chunks_wanted = h.upper_heap_chunk_count.max(live_bound(live_words[2])?);
         // The common case while a writer inserts (R moved, nothing else): the same regions,
         // checked only where they are uncommitted.
         if let Some(old) = &old {
@@ -694,7 +700,7 @@ impl IndexReader {
         }
         // Segments.
         let want = segments_wanted;
-        let mut segments = Vec::with_capacity(want as usize);
+        let mut segments = Vec::with_capacity(want.min(1024) as usize);
         for k in 0..want {
             let committed = k < h.segment_count;
             let Some((offset, at)) = entry(table::KIND_SEGMENTS, k) else {
@@ -725,7 +731,7 @@ impl IndexReader {
         changed |= segments.len() != old_regions.segments.len();
         // Upper-heap chunks.
         let want = chunks_wanted;
-        let mut chunks = Vec::with_capacity(want as usize);
+        let mut chunks = Vec::with_capacity(want.min(1024) as usize);
         for k in 0..want {
             let committed = k < h.upper_heap_chunk_count;
             let Some((offset, at)) = entry(table::KIND_UPPER_HEAP, k) else {
