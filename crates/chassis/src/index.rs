@@ -1019,10 +1019,12 @@ impl Index {
             }
         }
         progress(live.len(), live.len());
-        if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 {
+        new.next_id = self.next_id;
+        // Without the custom-id flag, lookups rely on id = slot, which also needs the next
+        // index-assigned id to be the next slot.
+        if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 || new.next_id != u64::from(new.count) {
             new.flags |= FLAG_CUSTOM_IDS;
         }
-        new.next_id = self.next_id;
         new.dirty = true;
         new.flush()?;
         let report = CompactReport {

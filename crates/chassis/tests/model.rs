@@ -87,12 +87,12 @@ fn run(path: &Path, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::AddWithId(id, n) => {
                 let id = u64::from(*id);
                 let r = ix.add_with_id(id, &vector(*n));
-                if model.contains_key(&id) {
+                if let std::collections::btree_map::Entry::Vacant(e) = model.entry(id) {
+                    r.unwrap();
+                    e.insert(vector(*n));
+                } else {
                     let duplicate = matches!(r, Err(chassis::Error::DuplicateId { .. }));
                     prop_assert!(duplicate, "a live id was added again: {:?}", r);
-                } else {
-                    r.unwrap();
-                    model.insert(id, vector(*n));
                 }
             }
             Op::Delete(k) => {
