@@ -1225,7 +1225,7 @@ impl Index {
             let upper = self.store.upper_ref(slot).unwrap_or(0);
             if upper != 0 {
                 let (chunk, off) = record::split_heap_ref(upper);
-                let layers = self.store.upper_layers(slot);
+                let layers = self.store.upper_layers_stored(slot).unwrap_or(0) as usize;
                 if u64::from(chunk) >= self.store.upper_chunk_count()
                     || u64::from(off) < record::HEAP_CHUNK_HEAD_BYTES
                 {

@@ -161,3 +161,39 @@ fn every_bit_flip_truncation_and_zeroed_sector_is_an_error_or_harmless() {
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(20)]);
     assert!(cases > 5_000, "too few cases: {cases}");
 }
+
+/// Found by fuzzing: a damaged layer count in an upper-heap entry made the writer's repair at
+/// open loop over four billion layers. Counts read as at most the file's layer limit, and
+/// `check` reports the damage.
+#[test]
+fn a_damaged_layer_count_is_bounded_and_reported() {
+    let mem = MemStorage::new(CAP).unwrap();
+    let mut ix = Index::create_in(
+        Arc::new(mem.reopen(true)),
+        common::small(4, Metric::L2Squared, 8, 32),
+    )
+    .unwrap();
+    for v in clustered(200, 4, 5, 3) {
+        ix.add(&v).unwrap();
+    }
+    ix.flush().unwrap();
+    let slot = (0..200u32).find(|&s| ix.node_level(s) > 0).unwrap();
+    let (chunk, off) = chassis::format::record::split_heap_ref(ix.store().upper_ref(slot).unwrap());
+    let chunk_at = ix.store().region_offsets().1[chunk as usize];
+    drop(ix);
+    let mut img = mem.current_image();
+    let at = (chunk_at + u64::from(off)) as usize;
+    img[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mem = MemStorage::from_image(&img, CAP).unwrap();
+    let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+    assert!(ix.store().upper_layers(slot) < 16);
+    let report = ix.check(0).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(&format!("slot {slot}: 4294967295 upper layers"))),
+        "{:?}",
+        report.problems
+    );
+}

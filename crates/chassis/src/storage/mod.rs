@@ -538,14 +538,28 @@ impl Store {
     }
 
     /// Layers above 0 that `slot` has (0 when its reference is empty or unreadable).
+    ///
+    /// A count above the file's layer limit (a damaged entry) reads as that limit, so loops
+    /// over a node's layers stay bounded whatever the file holds.
     pub fn upper_layers(&self, slot: u32) -> usize {
+        let limit = self.header.max_layers.saturating_sub(1) as usize;
         match self.upper_entry(slot) {
             Some((chunk, off)) => chunk
                 .region
                 .u32_at(off)
-                .map_or(0, |w| w.load(Ordering::Relaxed) as usize),
+                .map_or(0, |w| (w.load(Ordering::Relaxed) as usize).min(limit)),
             None => 0,
         }
+    }
+
+    /// The layer count stored in `slot`'s upper-heap entry, unbounded (for integrity checks).
+    pub fn upper_layers_stored(&self, slot: u32) -> Option<u32> {
+        let (chunk, off) = self.upper_entry(slot)?;
+        chunk
+            .region
+            .u32_at(off)
+            .ok()
+            .map(|w| w.load(Ordering::Relaxed))
     }
 
     fn upper_entry(&self, slot: u32) -> Option<(&Mapped, u64)> {
