@@ -128,10 +128,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let recall = hits as f64 / (a.k * a.queries) as f64;
     let qps = a.queries as f64 / search_s;
     let meta = std::fs::metadata(&path)?;
-    let allocated = {
-        use std::os::unix::fs::MetadataExt;
-        meta.blocks() * 512
-    };
+    let allocated = chassis::os::FileStorage::open(&path, false)?.allocated_bytes()?;
     if a.json {
         println!(
             "{}",

@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,24 +61,28 @@ impl FileStorage {
         let mut at = offset;
         while at < end {
             let n = (end - at).min(zeros.len() as u64) as usize;
-            self.file.write_all_at(&zeros[..n], at)?;
+            platform::write_all_at(&self.file, &zeros[..n], at)?;
             at += n as u64;
         }
         Ok(())
     }
 
     /// Whether the path still names the file this handle has open (after taking the lock, a
-    /// writer checks this: locks follow the inode, not the path; decision 8).
+    /// writer checks this: locks follow the inode, not the path; decision 8). Platforms
+    /// without file identities (Windows) always say yes.
     pub fn still_at_path(&self) -> Result<bool> {
         let mine = self.identity()?;
         let now = path_identity(&self.path)?;
-        Ok(matches!((mine, now), (Some(a), Some(b)) if a.dev == b.dev && a.ino == b.ino))
+        Ok(match (mine, now) {
+            (Some(a), Some(b)) => a.dev == b.dev && a.ino == b.ino,
+            (None, _) => true,
+            (Some(_), None) => false,
+        })
     }
 
-    /// Bytes actually allocated on disk (st_blocks · 512).
+    /// Bytes actually allocated on disk (st_blocks · 512; the length on Windows).
     pub fn allocated_bytes(&self) -> Result<u64> {
-        use std::os::unix::fs::MetadataExt;
-        Ok(self.file.metadata()?.blocks() * 512)
+        platform::allocated_bytes(&self.file)
     }
 }
 
@@ -96,7 +99,7 @@ impl Storage for FileStorage {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
+        platform::read_exact_at(&self.file, buf, offset).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 Error::corrupt(
                     format!("file ends before byte {}", offset + buf.len() as u64),
@@ -109,7 +112,7 @@ impl Storage for FileStorage {
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        Ok(self.file.write_all_at(buf, offset)?)
+        Ok(platform::write_all_at(&self.file, buf, offset)?)
     }
 
     fn map(&self, offset: u64, len: u64, writable: bool) -> Result<Region> {
@@ -171,62 +174,226 @@ impl Storage for FileStorage {
     }
 
     fn sync_dir(&self) -> Result<()> {
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        Ok(File::open(dir)?.sync_all()?)
+        platform::sync_dir(&self.path)
+    }
+
+    fn identity(&self) -> Result<Option<super::FileIdentity>> {
+        platform::identity(&self.file)
+    }
+
+    fn try_lock_exclusive(&self) -> Result<()> {
+        platform::lock_exclusive(&self.file)?;
+        self.locked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+pub(super) fn path_identity(path: &Path) -> Result<Option<super::FileIdentity>> {
+    platform::path_identity(path)
+}
+
+pub(super) fn free_space(dir: &Path) -> Result<u64> {
+    platform::free_space(dir)
+}
+
+pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+    platform::rename_durably(from, to)
+}
+
+/// Unix (Linux, where Chassis is built and tested; macOS and the BSDs, type-checked only).
+#[cfg(unix)]
+mod platform {
+    use std::fs::File;
+    use std::io;
+    use std::os::unix::fs::FileExt;
+    use std::path::Path;
+
+    use crate::error::{Error, Result};
+    use crate::os::FileIdentity;
+
+    pub fn read_exact_at(f: &File, buf: &mut [u8], off: u64) -> io::Result<()> {
+        f.read_exact_at(buf, off)
+    }
+
+    pub fn write_all_at(f: &File, buf: &[u8], off: u64) -> io::Result<()> {
+        f.write_all_at(buf, off)
+    }
+
+    pub fn allocated_bytes(f: &File) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(f.metadata()?.blocks() * 512)
+    }
+
+    fn dir_of(path: &Path) -> &Path {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        }
+    }
+
+    pub fn sync_dir(path: &Path) -> Result<()> {
+        Ok(File::open(dir_of(path))?.sync_all()?)
+    }
+
+    pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to)?;
+        sync_dir(to)
     }
 
     // The stat field types differ across platforms: the casts are not no-ops everywhere.
     #[allow(clippy::unnecessary_cast)]
-    fn identity(&self) -> Result<Option<super::FileIdentity>> {
-        let st = rustix::fs::fstat(&*self.file).map_err(io::Error::from)?;
-        Ok(Some(super::FileIdentity {
+    fn identity_of(st: &rustix::fs::Stat) -> FileIdentity {
+        FileIdentity {
             dev: st.st_dev as u64,
             ino: st.st_ino as u64,
             nlink: st.st_nlink as u64,
-        }))
+        }
     }
 
-    fn try_lock_exclusive(&self) -> Result<()> {
+    pub fn identity(f: &File) -> Result<Option<FileIdentity>> {
+        let st = rustix::fs::fstat(f).map_err(io::Error::from)?;
+        Ok(Some(identity_of(&st)))
+    }
+
+    pub fn path_identity(path: &Path) -> Result<Option<FileIdentity>> {
+        match rustix::fs::stat(path) {
+            Ok(st) => Ok(Some(identity_of(&st))),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(Error::Io(e.into())),
+        }
+    }
+
+    pub fn free_space(dir: &Path) -> Result<u64> {
+        let st = rustix::fs::statvfs(dir).map_err(io::Error::from)?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
+    pub fn lock_exclusive(f: &File) -> Result<()> {
         use rustix::fs::{flock, FlockOperation};
-        match flock(&*self.file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {
-                self.locked.store(true, Ordering::Relaxed);
-                Ok(())
-            }
+        match flock(f, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(()),
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(Error::Locked),
             Err(e) => Err(Error::Io(e.into())),
         }
     }
 }
 
-#[allow(clippy::unnecessary_cast)] // stat field types differ across platforms
-pub(super) fn path_identity(path: &Path) -> Result<Option<super::FileIdentity>> {
-    match rustix::fs::stat(path) {
-        Ok(st) => Ok(Some(super::FileIdentity {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
-            nlink: st.st_nlink as u64,
-        })),
-        Err(rustix::io::Errno::NOENT) => Ok(None),
-        Err(e) => Err(Error::Io(e.into())),
-    }
-}
+/// Windows: written to the ADR's plan and type-checked only, never run (untested).
+/// LockFileEx on the byte at 2^62 (decision 5), positional I/O with seek_read/seek_write,
+/// MoveFileExW with write-through for replacement; NTFS keeps directory entries durable
+/// itself, so syncing a directory is a no-op. Inode re-checks and free-space checks are
+/// skipped (`identity` is `None`, free space unknown).
+#[cfg(windows)]
+mod platform {
+    use std::fs::File;
+    use std::io;
+    use std::os::windows::fs::FileExt;
+    use std::os::windows::io::AsRawHandle;
+    use std::path::Path;
 
-pub(super) fn free_space(dir: &Path) -> Result<u64> {
-    let st = rustix::fs::statvfs(dir).map_err(io::Error::from)?;
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to)?;
-    let dir = match to.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+    use windows_sys::Win32::Foundation::{ERROR_LOCK_VIOLATION, HANDLE};
+    use windows_sys::Win32::Storage::FileSystem::{
+        LockFileEx, MoveFileExW, LOCKFILE_EXCLUSIVE_LOCK, LOCKFILE_FAIL_IMMEDIATELY,
+        MOVEFILE_REPLACE_EXISTING, MOVEFILE_WRITE_THROUGH,
     };
-    Ok(File::open(dir)?.sync_all()?)
+    use windows_sys::Win32::System::IO::OVERLAPPED;
+
+    use crate::error::{Error, Result};
+    use crate::os::FileIdentity;
+
+    pub fn read_exact_at(f: &File, mut buf: &mut [u8], mut off: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match f.seek_read(buf, off)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    off += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn write_all_at(f: &File, mut buf: &[u8], mut off: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = f.seek_write(buf, off)?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = &buf[n..];
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    pub fn allocated_bytes(f: &File) -> Result<u64> {
+        Ok(f.metadata()?.len())
+    }
+
+    pub fn sync_dir(_path: &Path) -> Result<()> {
+        Ok(())
+    }
+
+    fn wide(p: &Path) -> Vec<u16> {
+        use std::os::windows::ffi::OsStrExt;
+        p.as_os_str().encode_wide().chain(Some(0)).collect()
+    }
+
+    pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+        let (f, t) = (wide(from), wide(to));
+        // SAFETY: both are NUL-terminated UTF-16 strings that outlive the call.
+        let ok = unsafe {
+            MoveFileExW(
+                f.as_ptr(),
+                t.as_ptr(),
+                MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH,
+            )
+        };
+        if ok == 0 {
+            return Err(Error::Io(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    pub fn identity(_f: &File) -> Result<Option<FileIdentity>> {
+        Ok(None)
+    }
+
+    pub fn path_identity(_path: &Path) -> Result<Option<FileIdentity>> {
+        Ok(None)
+    }
+
+    pub fn free_space(_dir: &Path) -> Result<u64> {
+        Ok(u64::MAX)
+    }
+
+    pub fn lock_exclusive(f: &File) -> Result<()> {
+        // SAFETY: OVERLAPPED is plain data; all-zero is a valid value before the offsets are set.
+        let mut ov: OVERLAPPED = unsafe { std::mem::zeroed() };
+        // Lock the single byte at 2^62 (decision 5): far past any data, so it never blocks I/O.
+        ov.Anonymous.Anonymous.Offset = 0;
+        ov.Anonymous.Anonymous.OffsetHigh = 1 << 30;
+        // SAFETY: the handle is open for the life of `f`; `ov` is valid for the call.
+        let ok = unsafe {
+            LockFileEx(
+                f.as_raw_handle() as HANDLE,
+                LOCKFILE_EXCLUSIVE_LOCK | LOCKFILE_FAIL_IMMEDIATELY,
+                0,
+                1,
+                0,
+                &mut ov,
+            )
+        };
+        if ok != 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(ERROR_LOCK_VIOLATION as i32) {
+            Err(Error::Locked)
+        } else {
+            Err(Error::Io(e))
+        }
+    }
 }
 
 #[cfg(test)]
