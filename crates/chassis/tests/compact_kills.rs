@@ -12,27 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use chassis::{CompactOptions, Index, IndexReader, Metric, Options};
-use common::{clustered, Rng};
+use common::{clustered, ids_text, parse_ids, write_atomic, Rng};
 
 fn data() -> Vec<Vec<f32>> {
     clustered(60_000, 16, 20, 8)
-}
-
-fn ids_text(ids: &BTreeSet<u64>) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn parse_ids(text: &str) -> BTreeSet<u64> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect()
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, path).unwrap();
 }
 
 fn child(dir: &Path, seed: u64) {

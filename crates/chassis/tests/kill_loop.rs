@@ -14,29 +14,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use chassis::{Index, IndexReader, Metric, Options};
-use common::{clustered, Rng};
+use common::{clustered, ids_text, parse_ids, write_atomic, Rng};
 
 const DIMS: usize = 8;
 
 fn data() -> Vec<Vec<f32>> {
     clustered(200_000, DIMS, 40, 77)
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, path).unwrap();
-}
-
-fn ids_text(ids: &BTreeSet<u64>) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn parse_ids(text: &str) -> BTreeSet<u64> {
-    text.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect()
 }
 
 /// The child writer: batches of adds (ids chosen by the child, vector = data[id]) and deletes,

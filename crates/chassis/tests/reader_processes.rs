@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chassis::{CompactOptions, Index, IndexReader, Metric, Options};
-use common::{clustered, Rng};
+use common::{clustered, write_atomic, Rng};
 
 const READERS: usize = 2;
 const FLUSHES: usize = 20;
@@ -28,12 +28,6 @@ fn data() -> Vec<Vec<f32>> {
 
 fn l2(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).unwrap();
-    fs::rename(&tmp, path).unwrap();
 }
 
 fn read_u64(path: &Path) -> u64 {

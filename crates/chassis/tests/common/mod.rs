@@ -75,3 +75,24 @@ pub fn brute_force(data: &[Vec<f32>], q: &[f32], k: usize, metric: Metric) -> Ve
     d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     d.into_iter().take(k).map(|(_, i)| i).collect()
 }
+
+/// Replaces `path`'s contents at once (write a sibling, rename), for files that cooperating
+/// test processes read while others write them.
+pub fn write_atomic(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Ids as comma-separated text, for state files shared between test processes.
+pub fn ids_text(ids: &std::collections::BTreeSet<u64>) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The inverse of [`ids_text`].
+pub fn parse_ids(text: &str) -> std::collections::BTreeSet<u64> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect()
+}
