@@ -116,6 +116,28 @@ pub fn random_level(seed: u64, slot: u32, m: usize, max_layers: usize) -> usize 
     (level as usize).min(max_layers.saturating_sub(1))
 }
 
+/// Asks the CPU to start loading the cache line at `p` (and the next one: the first 32 floats
+/// of a vector). A hint only: it never faults and never changes what a search returns.
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = p.cast::<i8>();
+        // SAFETY: prefetch instructions do not access memory architecturally and never fault,
+        // whatever the address; SSE is part of the x86_64 baseline.
+        unsafe {
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p.wrapping_add(64), _MM_HINT_T0);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Neighbor words filtered and prefetched together before any of them is scored.
+const BATCH: usize = 64;
+
 fn neighbors<S: GraphStore>(store: &S, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
     if layer == 0 {
         store.level0(slot)
@@ -168,6 +190,11 @@ pub fn greedy_descent<S: GraphStore>(
 /// Beam search on one layer (algorithm 2) from `entry`. Every reachable slot below the routing
 /// count may be expanded; only slots `accept` admits enter the results (deleted or uncommitted
 /// slots are routed through, never returned). Returns up to `ef` results, nearest first.
+///
+/// Memory, not arithmetic, bounds this loop on large files: the next candidate's neighbor list
+/// is prefetched while the current one is expanded, and each list's unvisited neighbors are
+/// filtered and their vectors prefetched before any of them is scored (docs/PERFORMANCE.md
+/// measures both).
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     store: &S,
@@ -196,29 +223,50 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
         let Some(list) = neighbors(store, c.slot, layer) else {
             continue;
         };
-        for w in list {
-            let n = w.load(Ordering::Relaxed);
-            if n >= r || !scratch.visited.insert(n) {
-                continue;
-            }
-            let Some(v) = store.vector(n) else { continue };
-            scratch.distance_count += 1;
-            let d = dist.eval(q, v);
-            if scratch.results.len() < ef || d < bound {
-                let s = Scored {
-                    distance: d,
-                    slot: n,
-                };
-                scratch.candidates.push(Reverse(s));
-                if accept(n) {
-                    scratch.results.push(s);
-                    if scratch.results.len() > ef {
-                        scratch.results.pop();
-                    }
+        // The next candidate's list is likely needed next: start loading it now.
+        if let Some(next) = scratch
+            .candidates
+            .peek()
+            .and_then(|n| neighbors(store, n.0.slot, layer))
+        {
+            prefetch(next.as_ptr());
+        }
+        // Filter visited slots first and prefetch the survivors' vectors, then score them
+        // (the loads overlap instead of each waiting on memory in turn). A list is taken in
+        // chunks of BATCH words so the buffer lives on the stack.
+        for words in list.chunks(BATCH) {
+            let mut pending: [(u32, &[f32]); BATCH] = [(0, &[]); BATCH];
+            let mut len = 0;
+            for w in words {
+                let n = w.load(Ordering::Relaxed);
+                if n >= r || !scratch.visited.insert(n) {
+                    continue;
                 }
-                if let Some(top) = scratch.results.peek() {
-                    if scratch.results.len() >= ef {
-                        bound = top.distance;
+                if let Some(v) = store.vector(n) {
+                    prefetch(v.as_ptr());
+                    pending[len] = (n, v);
+                    len += 1;
+                }
+            }
+            for &(n, v) in &pending[..len] {
+                scratch.distance_count += 1;
+                let d = dist.eval(q, v);
+                if scratch.results.len() < ef || d < bound {
+                    let s = Scored {
+                        distance: d,
+                        slot: n,
+                    };
+                    scratch.candidates.push(Reverse(s));
+                    if accept(n) {
+                        scratch.results.push(s);
+                        if scratch.results.len() > ef {
+                            scratch.results.pop();
+                        }
+                    }
+                    if let Some(top) = scratch.results.peek() {
+                        if scratch.results.len() >= ef {
+                            bound = top.distance;
+                        }
                     }
                 }
             }
