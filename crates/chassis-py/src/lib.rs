@@ -311,6 +311,14 @@ impl RawIndex {
         }
     }
 
+    fn search_distance_count(&self) -> PyResult<u64> {
+        match self.read().as_ref() {
+            Some(Inner::Writer(ix)) => Ok(ix.search_distance_count()),
+            Some(Inner::Reader(r)) => Ok(r.search_distance_count()),
+            None => Err(closed()),
+        }
+    }
+
     fn metric(&self) -> PyResult<String> {
         match self.read().as_ref() {
             Some(Inner::Writer(ix)) => Ok(ix.metric().name().to_string()),
@@ -379,6 +387,18 @@ impl RawIndex {
                 t => t,
             }
             .min(rows.max(1));
+            if threads <= 1 {
+                // On the calling thread: no thread start per call (it would dominate the
+                // latency of one small search).
+                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+                    let hits = one(&data[r * dims..(r + 1) * dims]).map_err(to_py)?;
+                    for (i, h) in hits.iter().enumerate().take(k) {
+                        ids[i] = h.id;
+                        dists[i] = h.distance;
+                    }
+                }
+                return Ok((ids, dists));
+            }
             let chunk = rows.div_ceil(threads).max(1);
             let results: Vec<Result<(), Error>> = std::thread::scope(|s| {
                 let handles: Vec<_> = ids

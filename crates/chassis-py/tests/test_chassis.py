@@ -222,3 +222,21 @@ def test_help_reads_like_a_manual():
     assert "One writer, many readers" in doc and "All or nothing" in doc
     for name in ["create", "open", "add", "delete", "get", "search", "flush", "compact", "close"]:
         assert getattr(chassis.Index, name).__doc__, name
+
+
+def test_distance_computations_count_graph_work(tmp_path):
+    data = clustered(3000, 16, seed=5)
+    ix = chassis.Index.create(tmp_path / "d.chassis", dims=16, metric="l2")
+    ix.add(data)
+    assert ix.distance_computations == 0
+    ix.search(data[:50], k=10, ef=16)
+    narrow = ix.distance_computations
+    # Each query scores at least ef nodes, and far fewer than all 3000.
+    assert 50 * 16 <= narrow < 50 * 3000
+    ix.search(data[:50], k=10, ef=128)
+    wide = ix.distance_computations - narrow
+    assert wide > narrow
+    ix.flush()
+    r = chassis.Index.open(tmp_path / "d.chassis", read_only=True)
+    r.search(data[:50], k=10, ef=128)
+    assert r.distance_computations == wide

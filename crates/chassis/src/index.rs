@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
@@ -335,6 +336,8 @@ pub struct Index {
     dirty: bool,
     ids: Mutex<Option<IdMap>>,
     scratch: Mutex<Vec<Scratch>>,
+    /// Distance computations made by searches on this handle (for benchmarks).
+    search_distances: AtomicU64,
     report: OpenReport,
 }
 
@@ -511,6 +514,7 @@ impl Index {
             dirty: false,
             ids: Mutex::new(None),
             scratch: Mutex::new(Vec::new()),
+            search_distances: AtomicU64::new(0),
             report: OpenReport::default(),
             store,
         };
@@ -1336,6 +1340,13 @@ impl Index {
         Ok(r)
     }
 
+    /// Distance computations made by every [`Index::search`] on this handle so far (graph
+    /// searches only; a final scan over all slots is not counted). For benchmarks: the count
+    /// per query measures graph quality independently of the machine.
+    pub fn search_distance_count(&self) -> u64 {
+        self.search_distances.load(AtomicOrdering::Relaxed)
+    }
+
     fn take_scratch(&self) -> Scratch {
         lock(&self.scratch).pop().unwrap_or_default()
     }
@@ -1365,6 +1376,7 @@ impl Index {
         };
         let no_deletes = self.store.header().deleted_count == 0 && self.pending_deletes.is_empty();
         let mut scratch = self.take_scratch();
+        let distances_before = scratch.distance_count;
         let mut ef = ef.max(k);
         let hits = loop {
             // Two calls, not one with a runtime branch in the predicate: with no deletes the
@@ -1402,6 +1414,10 @@ impl Index {
             }
             ef = ef.saturating_mul(4);
         };
+        self.search_distances.fetch_add(
+            scratch.distance_count - distances_before,
+            AtomicOrdering::Relaxed,
+        );
         self.put_scratch(scratch);
         hits.into_iter()
             .map(|s| {

@@ -253,6 +253,8 @@ pub struct IndexReader {
     dist: Distance,
     cache: Mutex<Cache>,
     scratch: Mutex<Vec<Scratch>>,
+    /// Distance computations made by searches on this handle (for benchmarks).
+    search_distances: AtomicU64,
     /// The custom-id table: (file generation, slots scanned, id → newest slot).
     ids: Mutex<Option<IdTable>>,
     counters: Counters,
@@ -395,6 +397,7 @@ impl IndexReader {
             dist: Distance::new(metric),
             cache: Mutex::new(Cache::new(Arc::new(file))),
             scratch: Mutex::new(Vec::new()),
+            search_distances: AtomicU64::new(0),
             ids: Mutex::new(None),
             counters,
             routing: AtomicBool::new(true),
@@ -782,6 +785,18 @@ impl IndexReader {
         }
     }
 
+    /// The graph as `snap` sees it, for tools and benchmarks that run [`crate::graph`]
+    /// directly (experiment 2 searches it beside a flat-array copy of the same graph).
+    pub fn graph<'a>(&'a self, snap: &'a Snapshot) -> impl GraphStore + 'a {
+        View::new(self, snap)
+    }
+
+    /// Distance computations made by every search on this handle so far (graph searches only;
+    /// a final scan over all slots is not counted). For benchmarks.
+    pub fn search_distance_count(&self) -> u64 {
+        self.search_distances.load(Ordering::Relaxed)
+    }
+
     /// The `k` nearest live vectors to `query` on a fresh snapshot.
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<Neighbor>> {
         let snap = self.snapshot()?;
@@ -808,19 +823,39 @@ impl IndexReader {
         }
         let view = View::new(self, snap);
         let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
+        let distances_before = scratch.distance_count;
         let mut ef = ef.max(k);
+        // At delete epoch 0 no delete was ever committed, so `live` is exactly "below N"
+        // (a slot's deleted epoch d is live when d == 0 || d > 0): no slot header is read.
+        // Two calls, not a runtime branch in the predicate, so the check compiles away.
+        let never_deleted = h.delete_epoch == 0;
+        let n = h.committed_count;
         let hits = loop {
-            let hits = graph::search(
-                &view,
-                &self.dist,
-                &q,
-                h.entry_point,
-                h.max_layer as usize,
-                k,
-                ef,
-                |s| view.live(s),
-                &mut scratch,
-            );
+            let hits = if never_deleted {
+                graph::search(
+                    &view,
+                    &self.dist,
+                    &q,
+                    h.entry_point,
+                    h.max_layer as usize,
+                    k,
+                    ef,
+                    |s| u64::from(s) < n,
+                    &mut scratch,
+                )
+            } else {
+                graph::search(
+                    &view,
+                    &self.dist,
+                    &q,
+                    h.entry_point,
+                    h.max_layer as usize,
+                    k,
+                    ef,
+                    |s| view.live(s),
+                    &mut scratch,
+                )
+            };
             if hits.len() >= want {
                 break hits;
             }
@@ -829,6 +864,8 @@ impl IndexReader {
             }
             ef = ef.saturating_mul(4);
         };
+        self.search_distances
+            .fetch_add(scratch.distance_count - distances_before, Ordering::Relaxed);
         lock(&self.scratch).push(scratch);
         hits.into_iter()
             .map(|s| {

@@ -48,3 +48,23 @@ fn recall_inner_product_at_ef_64() {
     let r = recall_at_10(Metric::InnerProduct);
     assert!(r >= 0.95, "recall@10 = {r}");
 }
+
+#[test]
+fn search_distance_count_measures_graph_work() {
+    let (n, dims) = (3_000, 16);
+    let data = clustered(n, dims, 30, 3);
+    let mut index = Index::in_memory(Options::new(dims, Metric::L2Squared), 1 << 28).unwrap();
+    for v in &data {
+        index.add(v).unwrap();
+    }
+    assert_eq!(index.search_distance_count(), 0, "inserts are not counted");
+    for q in &data[..20] {
+        index.search(q, 10, 32).unwrap();
+    }
+    let narrow = index.search_distance_count();
+    assert!((20 * 32..20 * n as u64).contains(&narrow), "{narrow}");
+    for q in &data[..20] {
+        index.search(q, 10, 256).unwrap();
+    }
+    assert!(index.search_distance_count() - narrow > narrow);
+}

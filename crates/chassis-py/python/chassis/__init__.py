@@ -168,6 +168,12 @@ class Index:
         return self._raw.dims()
 
     @property
+    def distance_computations(self) -> int:
+        """Distance computations made by searches on this handle so far (for benchmarks: per
+        query, it measures graph quality independently of the machine)."""
+        return self._raw.search_distance_count()
+
+    @property
     def metric(self) -> str:
         """``"cosine"``, ``"l2"`` or ``"ip"``."""
         return self._raw.metric()
