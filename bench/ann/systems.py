@@ -1,0 +1,191 @@
+"""The four systems behind one small interface, with the same parameters for each.
+
+Every adapter builds from a float32 matrix with M = 16 and ef_construction = 200, saves to one
+file, opens that file in another process, and searches with one thread at a given ef. Cosine
+data reaches each system the way its users would pass it: Chassis, hnswlib and USearch take a
+cosine metric; FAISS has none, so its vectors and queries are normalised and it searches by
+inner product (the same ranking).
+"""
+
+import numpy as np
+
+M = 16
+EF_CONSTRUCTION = 200
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+class Chassis:
+    name = "chassis"
+    parallel_build = False  # one writer, one thread (issue 8 asks for more)
+
+    def version(self):
+        import importlib.metadata as md
+
+        return md.version("chassis")
+
+    def build(self, path, base, metric, threads):
+        import chassis
+
+        ix = chassis.Index.create(
+            path, dims=base.shape[1], metric=metric, M=M, ef_construction=EF_CONSTRUCTION
+        )
+        ix.add(base)
+        ix.flush()
+        ix.close()
+
+    def open(self, path, metric, dims):
+        import chassis
+
+        return chassis.Index.open(path, read_only=True)
+
+    def search(self, h, queries, k, ef):
+        ids, _ = h.search(queries, k=k, ef=ef, threads=1)
+        return ids
+
+    def distance_count(self, h, queries, k, ef):
+        before = h.distance_computations
+        h.search(queries, k=k, ef=ef, threads=1)
+        return (h.distance_computations - before) / len(queries)
+
+    def files(self, path):
+        return [path]
+
+
+class Hnswlib:
+    name = "hnswlib"
+    parallel_build = True
+
+    def version(self):
+        import importlib.metadata as md
+
+        return md.version("hnswlib")
+
+    def _space(self, metric):
+        return {"cosine": "cosine", "l2": "l2", "ip": "ip"}[metric]
+
+    def build(self, path, base, metric, threads):
+        import hnswlib
+
+        p = hnswlib.Index(space=self._space(metric), dim=base.shape[1])
+        p.init_index(
+            max_elements=len(base), ef_construction=EF_CONSTRUCTION, M=M, random_seed=100
+        )
+        p.add_items(base, np.arange(len(base)), num_threads=threads)
+        p.save_index(str(path))
+
+    def open(self, path, metric, dims):
+        import hnswlib
+
+        p = hnswlib.Index(space=self._space(metric), dim=dims)
+        p.load_index(str(path))
+        p.set_num_threads(1)
+        return p
+
+    def search(self, h, queries, k, ef):
+        h.set_ef(ef)
+        ids, _ = h.knn_query(queries, k=k, num_threads=1)
+        return ids
+
+    # Counted by a C++ program over hnswlib's own headers (count_hnswlib.cpp), not here.
+    distance_count = None
+
+    def files(self, path):
+        return [path]
+
+
+class Faiss:
+    name = "faiss"
+    parallel_build = True
+
+    def version(self):
+        import faiss
+
+        return faiss.__version__
+
+    def build(self, path, base, metric, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        if metric == "cosine":
+            base = _unit(base)
+        kind = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+        ix = faiss.IndexHNSWFlat(base.shape[1], M, kind)
+        ix.hnsw.efConstruction = EF_CONSTRUCTION
+        ix.add(base)
+        faiss.write_index(ix, str(path))
+
+    def open(self, path, metric, dims):
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        return (faiss.read_index(str(path)), metric)
+
+    def _queries(self, metric, queries):
+        return _unit(queries) if metric == "cosine" else queries
+
+    def search(self, h, queries, k, ef):
+        ix, metric = h
+        ix.hnsw.efSearch = ef
+        _, ids = ix.search(self._queries(metric, queries), k)
+        return ids
+
+    def distance_count(self, h, queries, k, ef):
+        import faiss
+
+        ix, metric = h
+        ix.hnsw.efSearch = ef
+        faiss.cvar.hnsw_stats.reset()
+        ix.search(self._queries(metric, queries), k)
+        return faiss.cvar.hnsw_stats.ndis / len(queries)
+
+    def files(self, path):
+        return [path]
+
+
+class Usearch:
+    name = "usearch"
+    parallel_build = True
+
+    def version(self):
+        import usearch
+
+        return usearch.__version__
+
+    def _metric(self, metric):
+        return {"cosine": "cos", "l2": "l2sq", "ip": "ip"}[metric]
+
+    def build(self, path, base, metric, threads):
+        from usearch.index import Index
+
+        ix = Index(
+            ndim=base.shape[1],
+            metric=self._metric(metric),
+            dtype="f32",
+            connectivity=M,
+            expansion_add=EF_CONSTRUCTION,
+            expansion_search=64,
+        )
+        ix.add(np.arange(len(base)), base, threads=threads)
+        ix.save(str(path))
+
+    def open(self, path, metric, dims):
+        from usearch.index import Index
+
+        return Index.restore(str(path))
+
+    def search(self, h, queries, k, ef):
+        h.expansion_search = ef
+        return h.search(queries, k, threads=1).keys
+
+    def distance_count(self, h, queries, k, ef):
+        h.expansion_search = ef
+        return h.search(queries, k, threads=1).computed_distances / len(queries)
+
+    def files(self, path):
+        return [path]
+
+
+SYSTEMS = {s.name: s for s in [Chassis(), Hnswlib(), Faiss(), Usearch()]}

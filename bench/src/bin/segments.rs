@@ -1,0 +1,194 @@
+//! Experiment 2 of ADR-0008, here: the cost of segment addressing.
+//!
+//! Opens a Chassis file (by default the pypi-minilm index the ANN harness built, else builds
+//! one), copies its graph into a flat control (one vector array, one level-0 array, upper lists
+//! per node) and searches both with the same code (`chassis::graph::search`, every slot
+//! accepted) from the same entry point. Every query must return identical slots through both
+//! layouts, so only addressing differs. Rounds alternate the layouts, the first is a warm-up;
+//! the report gives median QPS per ef and the ratio segment / flat.
+//!
+//! ```text
+//! cargo run --release --manifest-path bench/Cargo.toml --bin segments -- [--index F] [--rounds 7]
+//! ```
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use chassis::graph::{self, Distance, GraphStore, Scratch};
+use chassis::{Index, IndexReader, Metric, Options};
+use chassis_bench::{pypi_minilm, read_fvecs};
+
+const EFS: [usize; 7] = [10, 16, 32, 64, 128, 256, 512];
+
+/// One search: (query, ef, scratch) → result slots.
+type SearchFn<'a> = dyn Fn(&[f32], usize, &mut Scratch) -> Vec<u32> + 'a;
+
+/// The control: the same graph in flat arrays, addressed by multiplication only.
+struct Flat {
+    dims: usize,
+    m0: usize,
+    routing: u32,
+    vectors: Vec<f32>,
+    level0: Vec<AtomicU32>,
+    upper: Vec<Vec<Vec<AtomicU32>>>,
+}
+
+impl GraphStore for Flat {
+    #[inline]
+    fn routing_count(&self) -> u32 {
+        self.routing
+    }
+    #[inline]
+    fn vector(&self, slot: u32) -> Option<&[f32]> {
+        let at = slot as usize * self.dims;
+        self.vectors.get(at..at + self.dims)
+    }
+    #[inline]
+    fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+        let at = slot as usize * self.m0;
+        self.level0.get(at..at + self.m0)
+    }
+    #[inline]
+    fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+        self.upper
+            .get(slot as usize)?
+            .get(layer.checked_sub(1)?)
+            .map(|v| v.as_slice())
+    }
+}
+
+fn copy_graph(g: &impl GraphStore, dims: usize, m: usize) -> Flat {
+    let n = g.routing_count();
+    let mut f = Flat {
+        dims,
+        m0: 2 * m,
+        routing: n,
+        vectors: Vec::with_capacity(n as usize * dims),
+        level0: Vec::with_capacity(n as usize * 2 * m),
+        upper: Vec::with_capacity(n as usize),
+    };
+    for s in 0..n {
+        f.vectors
+            .extend_from_slice(g.vector(s).expect("a committed vector"));
+        let l0 = g.level0(s).expect("a committed record");
+        f.level0
+            .extend(l0.iter().map(|w| AtomicU32::new(w.load(Ordering::Relaxed))));
+        let mut layers = Vec::new();
+        let mut layer = 1;
+        while let Some(words) = g.upper(s, layer) {
+            layers.push(
+                words
+                    .iter()
+                    .map(|w| AtomicU32::new(w.load(Ordering::Relaxed)))
+                    .collect(),
+            );
+            layer += 1;
+        }
+        f.upper.push(layers);
+    }
+    f
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> chassis::Result<()> {
+    let rounds: usize = arg("--rounds").map_or(7, |r| r.parse().expect("a number"));
+    let data = pypi_minilm().expect("../shared/data/pypi-minilm is needed");
+    let default = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/ann/indexes/pypi-minilm/chassis-t1.idx");
+    let path = arg("--index").map_or(default, PathBuf::from);
+    if !path.exists() {
+        println!(
+            "building {} (M = 16, ef_construction = 200)",
+            path.display()
+        );
+        std::fs::create_dir_all(path.parent().expect("a parent"))?;
+        let base = read_fvecs(&data.join("pypi-minilm_base.fvecs"))?;
+        let mut ix = Index::create(&path, Options::new(base.dims, Metric::Cosine))?;
+        for i in 0..base.len() {
+            ix.add(base.row(i))?;
+        }
+        ix.flush()?;
+    }
+    let queries = read_fvecs(&data.join("pypi-minilm_query.fvecs"))?;
+    let reader = IndexReader::open(&path)?;
+    let snap = reader.snapshot()?;
+    let h = reader.header_of(&snap).clone();
+    let seg = reader.graph(&snap);
+    let flat = copy_graph(&seg, reader.dims(), reader.m());
+    let dist = Distance::new(reader.metric());
+    let qs: Vec<Vec<f32>> = (0..queries.len())
+        .map(|i| {
+            let q = queries.row(i);
+            if reader.metric() == Metric::Cosine {
+                let n = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+                q.iter().map(|x| x / n).collect()
+            } else {
+                q.to_vec()
+            }
+        })
+        .collect();
+    let (ep, top) = (h.entry_point, h.max_layer as usize);
+    let mut scratch = Scratch::default();
+    let mut run = |g: &SearchFn<'_>, ef: usize| {
+        let t = Instant::now();
+        let mut out = Vec::with_capacity(qs.len());
+        for q in &qs {
+            out.push(g(q, ef, &mut scratch));
+        }
+        (qs.len() as f64 / t.elapsed().as_secs_f64(), out)
+    };
+    let seg_search = |q: &[f32], ef: usize, s: &mut Scratch| -> Vec<u32> {
+        graph::search(&seg, &dist, q, ep, top, 10, ef, |_| true, s)
+            .iter()
+            .map(|x| x.slot)
+            .collect()
+    };
+    let flat_search = |q: &[f32], ef: usize, s: &mut Scratch| -> Vec<u32> {
+        graph::search(&flat, &dist, q, ep, top, 10, ef, |_| true, s)
+            .iter()
+            .map(|x| x.slot)
+            .collect()
+    };
+    println!(
+        "{} vectors x {} dims from {}; {} queries, {} rounds (1 warm-up)",
+        flat.routing,
+        flat.dims,
+        path.display(),
+        qs.len(),
+        rounds
+    );
+    println!(
+        "{:>5} {:>12} {:>12} {:>14}",
+        "ef", "segment QPS", "flat QPS", "segment/flat"
+    );
+    for ef in EFS {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (qa, ra) = run(&seg_search, ef);
+            let (qb, rb) = run(&flat_search, ef);
+            assert_eq!(
+                ra, rb,
+                "the two layouts returned different results at ef {ef}"
+            );
+            if round > 0 {
+                a.push(qa);
+                b.push(qb);
+            }
+        }
+        let (sa, sb) = (median(a), median(b));
+        println!("{ef:>5} {sa:>12.0} {sb:>12.0} {:>13.3}x", sa / sb);
+    }
+    println!("identical results through both layouts for every query at every ef");
+    Ok(())
+}
