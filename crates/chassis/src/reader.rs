@@ -37,7 +37,7 @@ use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::{self, align_region, live, record, table, DATA_START};
 use crate::graph::{self, Distance, GraphStore, Metric, Scored, Scratch};
-use crate::index::{metric_from_code, prepare_vector, Neighbor};
+use crate::index::{metric_from_code, prepare_vector, IdHashBuilder, Neighbor};
 use crate::os::{FileIdentity, FileStorage, Region, Storage};
 
 /// How many times a snapshot re-reads a header copy that fails its checksum before treating
@@ -119,7 +119,7 @@ impl Snapshot {
 }
 
 /// The custom-id table of one file: (file generation, slots scanned, id → newest slot).
-type IdTable = (u64, u64, HashMap<u64, u32>);
+type IdTable = (u64, u64, HashMap<u64, u32, IdHashBuilder>);
 
 /// One open file: a reader moves to a new one when a compaction replaces the file at its path.
 struct ReaderFile {
@@ -926,6 +926,7 @@ impl IndexReader {
         let built = ids.as_ref().map_or(0, |(_, b, _)| *b);
         if ids.is_none() || built < n {
             let (_, from, mut map) = ids.take().unwrap_or_default();
+            map.reserve(n.saturating_sub(from) as usize);
             for slot in from..n {
                 let slot = slot as u32;
                 let id = view
