@@ -330,7 +330,7 @@ def main():
                 if (parallel and t not in threads) or (not parallel and t != 1):
                     continue  # a one-thread writer builds once, with one thread
                 p = index_path(ds, x, t, a.limit)
-                prev = OUT / f"build-{ds}-{x}-t{t}.json"
+                prev = OUT / f"build-{ds if a.limit is None else f'{ds}-{a.limit}'}-{x}-t{t}.json"
                 if a.reuse and p.exists() and prev.exists():
                     builds[x][t] = json.loads(prev.read_text())
                     continue
