@@ -312,6 +312,12 @@ impl<'a> View<'a> {
         if u64::from(slot) >= self.snap.header.committed_count {
             return false;
         }
+        // At delete epoch 0 no delete was ever committed: a slot's deleted epoch d is live
+        // when d == 0 || d > 0, so "below N" is exact and no slot header is read (searches
+        // call this for every result candidate).
+        if self.snap.header.delete_epoch == 0 {
+            return true;
+        }
         match self.slot_word(slot, record::SLOT_DELETED_EPOCH_AT) {
             Some(d) => d == 0 || d > self.snap.header.delete_epoch,
             None => false,
@@ -825,37 +831,18 @@ impl IndexReader {
         let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
         let distances_before = scratch.distance_count;
         let mut ef = ef.max(k);
-        // At delete epoch 0 no delete was ever committed, so `live` is exactly "below N"
-        // (a slot's deleted epoch d is live when d == 0 || d > 0): no slot header is read.
-        // Two calls, not a runtime branch in the predicate, so the check compiles away.
-        let never_deleted = h.delete_epoch == 0;
-        let n = h.committed_count;
         let hits = loop {
-            let hits = if never_deleted {
-                graph::search(
-                    &view,
-                    &self.dist,
-                    &q,
-                    h.entry_point,
-                    h.max_layer as usize,
-                    k,
-                    ef,
-                    |s| u64::from(s) < n,
-                    &mut scratch,
-                )
-            } else {
-                graph::search(
-                    &view,
-                    &self.dist,
-                    &q,
-                    h.entry_point,
-                    h.max_layer as usize,
-                    k,
-                    ef,
-                    |s| view.live(s),
-                    &mut scratch,
-                )
-            };
+            let hits = graph::search(
+                &view,
+                &self.dist,
+                &q,
+                h.entry_point,
+                h.max_layer as usize,
+                k,
+                ef,
+                |s| view.live(s),
+                &mut scratch,
+            );
             if hits.len() >= want {
                 break hits;
             }
