@@ -32,6 +32,7 @@ pub struct ImportArgs {
     pub ids: Option<PathBuf>,
     pub batch: usize,
     pub flush_every: usize,
+    pub threads: usize,
 }
 
 pub fn import(a: ImportArgs) -> Result<()> {
@@ -64,29 +65,37 @@ pub fn import(a: ImportArgs) -> Result<()> {
     let (mut first, mut last) = (None, None);
     let mut since_flush = 0;
     let mut flushes = 0;
-    for start in (0..m.rows).step_by(a.batch) {
-        let end = (start + a.batch).min(m.rows);
-        for i in start..end {
-            let id = match &ids {
-                Some(ids) => index.add_with_id(ids[i], m.row(i)).map(|()| ids[i]),
-                None => index.add(m.row(i)),
-            }
-            .with_context(|| {
-                format!(
-                    "vector {i} of {}; nothing since the last flush was committed",
-                    a.file.display()
-                )
-            })?;
-            first.get_or_insert(id);
-            last = Some(id);
-            since_flush += 1;
-            if a.flush_every > 0 && since_flush >= a.flush_every {
-                index.flush().context("flush failed")?;
-                flushes += 1;
-                since_flush = 0;
-            }
+    let mut start = 0;
+    while start < m.rows {
+        let mut end = (start + a.batch).min(m.rows);
+        if a.flush_every > 0 {
+            end = end.min(start + (a.flush_every - since_flush));
+        }
+        let rows = &m.data[start * m.dims..end * m.dims];
+        let added = match &ids {
+            Some(ids) => index
+                .add_batch_with_ids(&ids[start..end], rows, a.threads)
+                .map(|()| ids[start..end].to_vec()),
+            None => index.add_batch(rows, a.threads),
+        }
+        .with_context(|| {
+            format!(
+                "vectors {start}..{end} of {}; nothing since the last flush was committed",
+                a.file.display()
+            )
+        })?;
+        if let (Some(&f), Some(&l)) = (added.first(), added.last()) {
+            first.get_or_insert(f);
+            last = Some(l);
+        }
+        since_flush += end - start;
+        if a.flush_every > 0 && since_flush >= a.flush_every {
+            index.flush().context("flush failed")?;
+            flushes += 1;
+            since_flush = 0;
         }
         bar.set_position(end as u64);
+        start = end;
     }
     index
         .flush()

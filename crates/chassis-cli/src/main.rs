@@ -69,6 +69,10 @@ enum Command {
         /// Flush after every N vectors, committing the import in pieces (0: once, at the end).
         #[arg(long, default_value_t = 0)]
         flush_every: usize,
+        /// Threads linking each batch into the graph (0: one per CPU; 1: the same graph on
+        /// every run).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
     },
     /// Search with a vector, a query file, or JSON lines on stdin.
     #[command(
@@ -308,12 +312,14 @@ fn run(cli: Cli) -> Result<()> {
             ids,
             batch,
             flush_every,
+            threads,
         } => commands::import(commands::ImportArgs {
             path,
             file,
             ids,
             batch,
             flush_every,
+            threads,
         })?,
         Command::Search {
             path,

@@ -218,28 +218,17 @@ impl RawIndex {
         py: Python<'py>,
         vectors: PyReadonlyArray2<'py, f32>,
         ids: Option<PyReadonlyArray1<'py, u64>>,
+        threads: usize,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let rows = vectors.shape()[0];
-        let dims = vectors.shape()[1];
         let data = vectors.as_slice()?.to_vec();
         let ids: Option<Vec<u64>> = match ids {
             Some(a) => Some(a.as_slice()?.to_vec()),
             None => None,
         };
         let out = py.allow_threads(|| {
-            self.with_writer(|ix| {
-                let mut out = Vec::with_capacity(rows);
-                for r in 0..rows {
-                    let v = &data[r * dims..(r + 1) * dims];
-                    match &ids {
-                        Some(ids) => {
-                            ix.add_with_id(ids[r], v)?;
-                            out.push(ids[r]);
-                        }
-                        None => out.push(ix.add(v)?),
-                    }
-                }
-                Ok(out)
+            self.with_writer(|ix| match ids {
+                Some(ids) => ix.add_batch_with_ids(&ids, &data, threads).map(|()| ids),
+                None => ix.add_batch(&data, threads),
             })
         })?;
         Ok(out.into_pyarray(py))

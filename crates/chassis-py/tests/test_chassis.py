@@ -240,3 +240,40 @@ def test_distance_computations_count_graph_work(tmp_path):
     r = chassis.Index.open(tmp_path / "d.chassis", read_only=True)
     r.search(data[:50], k=10, ef=128)
     assert r.distance_computations == wide
+
+
+def test_batch_add_threads_and_all_or_nothing(tmp_path):
+    data = clustered(6000, 16, seed=6)
+    queries = clustered(100, 16, seed=7)
+    d = ((queries[:, None, :] - data[None, :, :]) ** 2).sum(-1)
+    truth = np.argsort(d, axis=1)[:, :10]
+    recalls = {}
+    for threads in [1, 2]:
+        ix = chassis.Index.create(tmp_path / f"t{threads}.chassis", dims=16, metric="l2")
+        ids = ix.add(data, threads=threads)
+        np.testing.assert_array_equal(ids, np.arange(6000, dtype=np.uint64))
+        ix.flush()
+        found, _ = ix.search(queries, k=10, ef=64)
+        recalls[threads] = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
+    assert recalls[2] >= 0.95 and recalls[2] >= recalls[1] - 0.02, recalls
+    # One thread builds the same graph on every run.
+    again = chassis.Index.create(tmp_path / "again.chassis", dims=16, metric="l2")
+    again.add(data, threads=1)
+    one = chassis.Index.open(tmp_path / "t1.chassis")
+    np.testing.assert_array_equal(again.search(queries, k=10)[0], one.search(queries, k=10)[0])
+    one.close()
+    # A repeated id, or a NaN in the last row, adds nothing of the batch.
+    ix = chassis.Index.create(tmp_path / "c.chassis", dims=16, metric="l2")
+    ids = np.arange(100, 200, dtype=np.uint64)
+    ids[-1] = 100
+    with pytest.raises(chassis.DuplicateIdError):
+        ix.add(data[:100], ids=ids, threads=2)
+    bad = data[:100].copy()
+    bad[-1, 0] = np.nan
+    with pytest.raises(chassis.InvalidVectorError):
+        ix.add(bad, ids=np.arange(100, 200, dtype=np.uint64), threads=2)
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.add(data[:100], threads=-1)
+    assert len(ix) == 0
+    ix.add(data[:100], ids=np.arange(100, 200, dtype=np.uint64), threads=2)
+    assert len(ix) == 100 and 199 in ix and 0 not in ix

@@ -26,6 +26,9 @@ use crate::storage::{NewFile, Store};
 
 /// Default M.
 pub const DEFAULT_M: usize = 16;
+
+/// Slots a parallel batch add links before publishing R (readers route through them from then).
+const PARALLEL_CHUNK: usize = 16_384;
 /// Default ef_construction.
 pub const DEFAULT_EF_CONSTRUCTION: usize = 200;
 /// Default ef for searches that don't name one.
@@ -895,6 +898,7 @@ impl Index {
             slot,
             level,
             self.entry,
+            None,
             &mut scratch,
         );
         self.put_scratch(scratch);
@@ -907,6 +911,191 @@ impl Index {
         }
         // Decision 5: R after the node and its backlinks.
         self.store.publish_routing_count(u64::from(self.count))
+    }
+
+    /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
+    /// returns the ids the index assigned, as [`Index::add`] would, in row order. See
+    /// [`Index::add_batch_with_ids`] for threads and failures.
+    pub fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
+        self.writable()?;
+        let rows = self.prepare_rows(vectors)?;
+        let start = self.next_id;
+        let ids: Vec<u64> = (0..rows.len() as u64)
+            .map(|i| start.saturating_add(i))
+            .collect();
+        if self.flags & FLAG_CUSTOM_IDS != 0 {
+            for &id in &ids {
+                if self.lookup(id)?.is_some() {
+                    return Err(Error::DuplicateId { id });
+                }
+            }
+        }
+        self.insert_batch(&ids, rows, threads)?;
+        Ok(ids)
+    }
+
+    /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
+    /// floats each, one row per id).
+    ///
+    /// Every row and id is checked before anything is added: a row of the wrong length, a
+    /// non-finite component, or an id that is live or repeated in the batch fails the whole
+    /// call with nothing added. An I/O error part-way (a full disk) can leave some rows added;
+    /// like every add they are pending until [`Index::flush`].
+    ///
+    /// `threads` links the new nodes into the graph on that many threads (0: one per CPU);
+    /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
+    /// that depends on thread timing. Readers keep searching the committed state throughout.
+    pub fn add_batch_with_ids(
+        &mut self,
+        ids: &[u64],
+        vectors: &[f32],
+        threads: usize,
+    ) -> Result<()> {
+        self.writable()?;
+        let rows = self.prepare_rows(vectors)?;
+        if rows.len() != ids.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} ids for {} vectors",
+                ids.len(),
+                rows.len()
+            )));
+        }
+        let mut seen: HashSet<u64, IdHashBuilder> =
+            HashSet::with_capacity_and_hasher(ids.len(), IdHashBuilder::default());
+        for &id in ids {
+            if !seen.insert(id) || self.lookup(id)?.is_some() {
+                return Err(Error::DuplicateId { id });
+            }
+        }
+        if self.flags & FLAG_CUSTOM_IDS == 0 && !ids.is_empty() {
+            // From now on ids need the table; build it before the flag changes lookups.
+            self.with_ids(|_| ())?;
+        }
+        self.insert_batch(ids, rows, threads)?;
+        if !ids.is_empty() {
+            self.flags |= FLAG_CUSTOM_IDS;
+        }
+        Ok(())
+    }
+
+    /// Checks and prepares every row of a flat batch.
+    fn prepare_rows(&self, vectors: &[f32]) -> Result<Vec<Vec<f32>>> {
+        let dims = self.dims();
+        if !vectors.len().is_multiple_of(dims) {
+            return Err(Error::InvalidArgument(format!(
+                "a batch of {} floats is not whole rows of {dims}",
+                vectors.len()
+            )));
+        }
+        vectors.chunks(dims).map(|v| self.check_vector(v)).collect()
+    }
+
+    /// Inserts checked rows under ids already known not to be live.
+    fn insert_batch(&mut self, ids: &[u64], rows: Vec<Vec<f32>>, threads: usize) -> Result<()> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t,
+        };
+        if threads <= 1 || rows.len() < 2 * threads {
+            for (&id, v) in ids.iter().zip(rows) {
+                self.insert_prepared(id, v)?;
+            }
+            return Ok(());
+        }
+        let first = self.count;
+        if u64::from(first) + rows.len() as u64 > u64::from(u32::MAX) {
+            return Err(Error::Full {
+                max: u64::from(u32::MAX),
+            });
+        }
+        // Phase 1, one thread: write every slot (header, vector, empty lists) so the graph
+        // may link to any of them. A failure here adds nothing: `count` has not moved, and
+        // the slots written are reused by the next add.
+        let mut levels = Vec::with_capacity(rows.len());
+        for (i, (&id, v)) in ids.iter().zip(&rows).enumerate() {
+            let slot = first + i as u32;
+            self.store.ensure_slot(slot)?;
+            let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
+            let upper_ref = if level > 0 {
+                self.store.alloc_upper(level as u32)?
+            } else {
+                0
+            };
+            self.store.write_slot(slot, id, v, upper_ref)?;
+            levels.push(level);
+        }
+        drop(rows);
+        self.count = first + levels.len() as u32;
+        self.dirty = true;
+        for &id in ids {
+            self.next_id = self.next_id.max(id.saturating_add(1));
+        }
+        if let Some(map) = lock(&self.ids).as_mut() {
+            for (i, &id) in ids.iter().enumerate() {
+                map.insert(id, first + i as u32);
+            }
+        }
+        // Phase 2, `threads` threads: link the slots in chunks, publishing R after each, so
+        // readers route through a chunk only once every node in it and its backlinks are
+        // written (decision 5).
+        let locks = graph::NodeLocks::new(4096 * threads);
+        let entry = Mutex::new(self.entry);
+        let next = AtomicU64::new(0);
+        let view = View {
+            store: &self.store,
+            count: self.count,
+        };
+        let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
+        for chunk_start in (0..levels.len()).step_by(PARALLEL_CHUNK) {
+            let chunk_end = (chunk_start + PARALLEL_CHUNK).min(levels.len());
+            next.store(chunk_start as u64, AtomicOrdering::Relaxed);
+            std::thread::scope(|scope| {
+                for scratch in scratches.iter_mut() {
+                    let (view, locks, entry, next, levels) =
+                        (&view, &locks, &entry, &next, &levels);
+                    let (dist, params) = (&self.dist, &self.params);
+                    scope.spawn(move || loop {
+                        let i = next.fetch_add(1, AtomicOrdering::Relaxed) as usize;
+                        if i >= chunk_end {
+                            break;
+                        }
+                        let slot = first + i as u32;
+                        let level = levels[i];
+                        // A node that will top the graph holds the entry point for its whole
+                        // insertion (as hnswlib does); any other lets go at once.
+                        let guard = lock(entry);
+                        let current = *guard;
+                        let tops = current.is_none_or(|(_, top)| level > top);
+                        let held = if tops {
+                            Some(guard)
+                        } else {
+                            drop(guard);
+                            None
+                        };
+                        let becomes = graph::insert(
+                            view,
+                            dist,
+                            params,
+                            slot,
+                            level,
+                            current,
+                            Some(locks),
+                            scratch,
+                        );
+                        if let (true, Some(mut g)) = (becomes, held) {
+                            *g = Some((slot, level));
+                        }
+                    });
+                }
+            });
+            self.store
+                .publish_routing_count(u64::from(first) + chunk_end as u64)?;
+        }
+        for s in scratches {
+            self.put_scratch(s);
+        }
+        self.entry = entry.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(())
     }
 
     /// Deletes `id`. It disappears from this index's searches at once and from the file at the

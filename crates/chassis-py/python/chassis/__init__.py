@@ -188,21 +188,28 @@ class Index:
         """The file's path."""
         return str(self._raw.path())
 
-    def add(self, vectors, ids=None) -> np.ndarray:
+    def add(self, vectors, ids=None, threads: int = 0) -> np.ndarray:
         """Add one vector (1-D) or many (2-D, one per row); float32 or float64, any layout.
 
         Returns their ids as a uint64 array. Without ``ids`` the index assigns them (one above
         every id stored so far: 0, 1, 2, ... for an index that never used custom ids); with
-        ``ids`` (an int or a sequence, one per vector) those are used, and a live one raises
-        :class:`DuplicateIdError`. Visible to this writer's searches at once; durable at
-        :meth:`flush`.
+        ``ids`` (an int or a sequence, one per vector) those are used, and one that is live or
+        repeated raises :class:`DuplicateIdError`. Every row and id is checked first: a bad one
+        adds nothing. Visible to this writer's searches at once; durable at :meth:`flush`.
+
+        ``threads``: how many threads link a batch into the graph; 0 uses every core, 1 builds
+        exactly the graph that adding the rows one by one builds (the same on every run).
+        Readers keep searching the committed state meanwhile.
         """
         m = _matrix(vectors, self.dims, "vectors")
         if ids is not None:
             ids = _ids(ids)
             if ids.shape[0] != m.shape[0]:
                 raise InvalidArgumentError(f"{ids.shape[0]} ids for {m.shape[0]} vectors")
-        return self._raw.add(m, ids)
+        threads = int(threads)
+        if threads < 0:
+            raise InvalidArgumentError("threads must be 0 (every core) or more")
+        return self._raw.add(m, ids, threads)
 
     def delete(self, ids) -> None:
         """Delete one id or many: all of them, or none if any is not live

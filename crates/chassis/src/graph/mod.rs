@@ -15,6 +15,12 @@
 //! When a full list is pruned, surviving entries keep their words and dropped words are
 //! emptied last ([`rewrite_preserving`]), so a concurrent reader never misses an edge that is
 //! in both the old and the new list.
+//!
+//! Parallel insertion (the writer's batch add): several threads may run [`insert`] at once
+//! over slots whose vectors and empty lists are already written, given [`NodeLocks`]. A
+//! thread changes a neighbor list only while holding that node's lock, and holds one lock at a
+//! time (no lock order, no deadlock); lists are read without locks, as readers read them, so a
+//! search may see a list mid-rewrite and only ever sees whole slot ids.
 
 pub mod distance;
 pub mod visited;
@@ -22,6 +28,7 @@ pub mod visited;
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 pub use distance::{Distance, Metric, SimdLevel};
 pub use visited::VisitedSet;
@@ -63,6 +70,29 @@ impl Params {
         } else {
             self.m
         }
+    }
+}
+
+/// Striped per-node locks for parallel insertion: slot `s` is guarded by stripe `s % stripes`.
+/// Two nodes may share a stripe; since a thread holds one stripe at a time, that costs only
+/// contention, never a deadlock.
+#[derive(Debug)]
+pub struct NodeLocks {
+    stripes: Vec<Mutex<()>>,
+}
+
+impl NodeLocks {
+    /// Stripes enough that two threads rarely meet on one.
+    pub fn new(stripes: usize) -> NodeLocks {
+        NodeLocks {
+            stripes: (0..stripes.max(1)).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn lock(&self, slot: u32) -> MutexGuard<'_, ()> {
+        let m = &self.stripes[slot as usize % self.stripes.len()];
+        // The guarded data is `()`: a panic elsewhere leaves nothing half-updated behind it.
+        m.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -370,6 +400,7 @@ pub fn rewrite_preserving(words: &[AtomicU32], keep: &[u32]) {
 }
 
 /// Adds the edge `from → to` on `layer`, pruning `from`'s list with the heuristic when full.
+/// With `locks`, the whole read-modify-write of the list happens under `from`'s lock.
 #[allow(clippy::too_many_arguments)]
 fn link<S: GraphStore>(
     store: &S,
@@ -379,33 +410,37 @@ fn link<S: GraphStore>(
     to: u32,
     to_distance: f32,
     layer: usize,
+    locks: Option<&NodeLocks>,
     scratch: &mut Scratch,
 ) {
     let Some(words) = neighbors(store, from, layer) else {
         return;
     };
-    let r = store.routing_count();
-    let mut current: Vec<u32> = Vec::with_capacity(words.len() + 1);
-    for w in words {
+    let _guard = locks.map(|l| l.lock(from));
+    let mut empty = None;
+    for (i, w) in words.iter().enumerate() {
         let n = w.load(Ordering::Relaxed);
         if n == to {
             return;
         }
-        if n != EMPTY {
-            current.push(n);
+        if n == EMPTY && empty.is_none() {
+            empty = Some(i);
         }
     }
-    if let Some(w) = words.iter().find(|w| w.load(Ordering::Relaxed) == EMPTY) {
-        w.store(to, Ordering::Relaxed);
+    if let Some(i) = empty {
+        words[i].store(to, Ordering::Relaxed);
         return;
     }
+    // Full: every word holds a slot. Prune over the old list plus `to`.
+    let r = store.routing_count();
     let Some(fv) = store.vector(from) else { return };
-    let mut cands: Vec<Scored> = Vec::with_capacity(current.len() + 1);
+    let mut cands: Vec<Scored> = Vec::with_capacity(words.len() + 1);
     cands.push(Scored {
         distance: to_distance,
         slot: to,
     });
-    for n in current {
+    for w in words {
+        let n = w.load(Ordering::Relaxed);
         // A word at or past the routing count is a stale hint: drop it.
         if n >= r || n == from {
             continue;
@@ -427,6 +462,11 @@ fn link<S: GraphStore>(
 /// Inserts `slot` (algorithm 1), whose vector and empty neighbor lists for `level` layers are
 /// already written, given the current entry point and its top layer (`None` when the graph is
 /// empty). Returns true if `slot` becomes the new entry point.
+///
+/// With `locks`, other threads may be inserting other slots at the same time (see the module
+/// doc); one of them may already have linked into `slot`'s lists, so its own selection is
+/// merged into what is there rather than written over it.
+#[allow(clippy::too_many_arguments)]
 pub fn insert<S: GraphStore>(
     store: &S,
     dist: &Distance,
@@ -434,6 +474,7 @@ pub fn insert<S: GraphStore>(
     slot: u32,
     level: usize,
     entry: Option<(u32, usize)>,
+    locks: Option<&NodeLocks>,
     scratch: &mut Scratch,
 ) -> bool {
     let Some((ep, max_layer)) = entry else {
@@ -465,14 +506,16 @@ pub fn insert<S: GraphStore>(
             scratch,
         );
         let selected = select_neighbors(store, dist, &found, params.m, scratch);
-        if let Some(words) = neighbors(store, slot, layer) {
-            for (w, s) in words.iter().zip(&selected) {
-                w.store(s.slot, Ordering::Relaxed);
-            }
+        // The new node's own list first (on an empty list this fills its words in order),
+        // then the backlinks.
+        for s in &selected {
+            link(
+                store, dist, params, slot, s.slot, s.distance, layer, locks, scratch,
+            );
         }
         for s in &selected {
             link(
-                store, dist, params, s.slot, slot, s.distance, layer, scratch,
+                store, dist, params, s.slot, slot, s.distance, layer, locks, scratch,
             );
         }
         if let Some(best) = found.first() {
@@ -515,8 +558,12 @@ pub fn reconnect<S: GraphStore>(
     );
     let selected = select_neighbors(store, dist, &found, params.m, scratch);
     for s in &selected {
-        link(store, dist, params, s.slot, slot, s.distance, 0, scratch);
-        link(store, dist, params, slot, s.slot, s.distance, 0, scratch);
+        link(
+            store, dist, params, s.slot, slot, s.distance, 0, None, scratch,
+        );
+        link(
+            store, dist, params, slot, s.slot, s.distance, 0, None, scratch,
+        );
     }
 }
 
@@ -541,6 +588,77 @@ mod tests {
         );
         assert_eq!(random_level(7, 5, m, 16), random_level(7, 5, m, 16));
         assert!((0..n).all(|s| random_level(1, s, 2, 4) < 4));
+    }
+
+    /// A store of `n` one-dimensional points whose level-0 lists hold `m0` words.
+    struct Points {
+        vectors: Vec<[f32; 1]>,
+        lists: Vec<Vec<AtomicU32>>,
+    }
+
+    impl GraphStore for Points {
+        fn routing_count(&self) -> u32 {
+            self.vectors.len() as u32
+        }
+        fn vector(&self, slot: u32) -> Option<&[f32]> {
+            self.vectors.get(slot as usize).map(|v| &v[..])
+        }
+        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+            self.lists.get(slot as usize).map(|l| &l[..])
+        }
+        fn upper(&self, _: u32, _: usize) -> Option<&[AtomicU32]> {
+            None
+        }
+    }
+
+    /// Fails if concurrent links into one list can lose an edge (no per-node lock around the
+    /// read-modify-write): four threads race to fill one list, round after round.
+    #[test]
+    fn concurrent_links_into_one_list_lose_nothing() {
+        let (threads, each) = (4u32, 16u32);
+        let m0 = (threads * each) as usize;
+        let n = m0 as u32 + 1;
+        let store = Points {
+            vectors: (0..n).map(|i| [i as f32]).collect(),
+            lists: (0..n)
+                .map(|_| (0..m0).map(|_| AtomicU32::new(EMPTY)).collect())
+                .collect(),
+        };
+        let params = Params {
+            m: m0 / 2,
+            m0,
+            ef_construction: 8,
+            max_layers: 1,
+        };
+        let dist = Distance::new(Metric::L2Squared);
+        let locks = NodeLocks::new(64);
+        for round in 0..300 {
+            for w in &store.lists[0] {
+                w.store(EMPTY, Ordering::Relaxed);
+            }
+            let start = std::sync::Barrier::new(threads as usize);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (store, dist, params, locks, start) =
+                        (&store, &dist, &params, &locks, &start);
+                    s.spawn(move || {
+                        let mut scratch = Scratch::default();
+                        start.wait();
+                        for i in 0..each {
+                            let to = 1 + t * each + i;
+                            let d = to as f32 * to as f32;
+                            link(store, dist, params, 0, to, d, 0, Some(locks), &mut scratch);
+                        }
+                    });
+                }
+            });
+            let mut got: Vec<u32> = store.lists[0]
+                .iter()
+                .map(|w| w.load(Ordering::Relaxed))
+                .collect();
+            got.sort_unstable();
+            assert_eq!(got, (1..n).collect::<Vec<u32>>(), "round {round}");
+        }
     }
 
     #[test]
