@@ -19,7 +19,7 @@ def _unit(x):
 
 class Chassis:
     name = "chassis"
-    parallel_build = False  # one writer, one thread (issue 8 asks for more)
+    parallel_build = True  # a batch add links on several threads inside the one writer
 
     def version(self):
         import importlib.metadata as md
@@ -32,7 +32,7 @@ class Chassis:
         ix = chassis.Index.create(
             path, dims=base.shape[1], metric=metric, M=M, ef_construction=EF_CONSTRUCTION
         )
-        ix.add(base)
+        ix.add(base, threads=threads)
         ix.flush()
         ix.close()
 
@@ -114,7 +114,7 @@ class Faiss:
         kind = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
         ix = faiss.IndexHNSWFlat(base.shape[1], M, kind)
         ix.hnsw.efConstruction = EF_CONSTRUCTION
-        ix.add(base)
+        ix.add(base, threads=threads)
         faiss.write_index(ix, str(path))
 
     def open(self, path, metric, dims):

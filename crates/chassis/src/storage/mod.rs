@@ -48,7 +48,7 @@ struct Segment {
 }
 
 /// The most bytes allocated ahead of the write position at once (decision 5).
-pub const ALLOCATE_STEP: u64 = 16 << 20;
+pub const ALLOCATE_STEP: u64 = 1 << 20;
 
 /// A mapped heap chunk or table page.
 #[derive(Debug)]
