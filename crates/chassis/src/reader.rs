@@ -620,6 +620,17 @@ impl IndexReader {
             (live_words[3].min(live::MAX_TABLE_PAGES)) as usize
         };
         let mut changed = false;
+        // Each new region's head is a random read on a cold cache: ask for them all first so
+        // they overlap (see Store::open).
+        for (i, &offset) in h.table_pages.iter().enumerate() {
+            if cache
+                .table_pages
+                .get(i)
+                .is_none_or(|(_, m)| m.offset != offset)
+            {
+                file.storage.will_need(offset, crate::storage::HEAD_READ);
+            }
+        }
         for i in 0..committed_pages.max(live_pages) {
             let (offset, at) = if i < committed_pages {
                 (
@@ -740,6 +751,17 @@ impl IndexReader {
         changed |= segments.len() != old_regions.segments.len();
         // Upper-heap chunks.
         let want = chunks_wanted;
+        for k in 0..want {
+            if let Some((offset, _)) = entry(table::KIND_UPPER_HEAP, k) {
+                if old_regions
+                    .upper_chunks
+                    .get(k as usize)
+                    .is_none_or(|c| c.offset != offset)
+                {
+                    file.storage.will_need(offset, crate::storage::HEAD_READ);
+                }
+            }
+        }
         let mut chunks = Vec::with_capacity(want.min(1024) as usize);
         for k in 0..want {
             let committed = k < h.upper_heap_chunk_count;

@@ -160,6 +160,17 @@ impl Storage for FileStorage {
         self.allocate_by_writing(offset, end)
     }
 
+    fn will_need(&self, offset: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        if let Some(len) = std::num::NonZeroU64::new(len) {
+            // A hint: an error (an odd file system) only means the reads are not overlapped.
+            let _ =
+                rustix::fs::fadvise(&*self.file, offset, Some(len), rustix::fs::Advice::WillNeed);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
+    }
+
     fn sync(&self) -> Result<()> {
         #[cfg(target_vendor = "apple")]
         {

@@ -41,6 +41,10 @@ pub trait Storage: Send + Sync + 'static {
     /// only allocate ranges that hold nothing committed and nothing this writer wrote yet (new
     /// slots, heap entries and table pages), because the portable path zeroes them.
     fn allocate(&self, offset: u64, len: u64) -> Result<()>;
+    /// Hints that `offset..offset + len` will be read soon, so that reads of several places
+    /// overlap instead of waiting on the disk one after another (posix_fadvise WILLNEED on
+    /// Linux; nothing elsewhere). A hint only: it never fails and changes no contents.
+    fn will_need(&self, _offset: u64, _len: u64) {}
     /// Makes every write so far durable (fsync; F_FULLFSYNC on Apple platforms).
     fn sync(&self) -> Result<()>;
     /// Makes the file's directory entry durable (fsync of the parent directory).

@@ -47,6 +47,9 @@ struct Segment {
     allocated_slots: u64,
 }
 
+/// Bytes asked for ahead of reading a region's head at open ([`Storage::will_need`]).
+pub(crate) const HEAD_READ: u64 = 4096;
+
 /// The most bytes allocated ahead of the write position at once (decision 5).
 pub const ALLOCATE_STEP: u64 = 1 << 20;
 
@@ -363,6 +366,12 @@ impl Store {
     fn map_committed(&mut self, len: u64) -> Result<()> {
         let cap = self.geometry.table_page_entries;
         let page_len = align_region(table::page_bytes(cap));
+        // Open reads one head per table page and heap chunk, each a random read on a cold
+        // cache: ask for them all first so the disk serves them together (O(1) open time in
+        // practice, not one disk latency per region).
+        for &off in &self.header.table_pages {
+            self.storage.will_need(off, HEAD_READ);
+        }
         for (i, &off) in self.header.table_pages.iter().enumerate() {
             let at = format::header_offset(self.header_copy)
                 + (header::at::TABLE_PAGE_OFFSETS + 8 * i) as u64;
@@ -398,6 +407,11 @@ impl Store {
                 region,
                 allocated_slots,
             });
+        }
+        for k in 0..self.header.upper_heap_chunk_count {
+            if let Ok((offset, _)) = self.table_entry(table::KIND_UPPER_HEAP, k) {
+                self.storage.will_need(offset, HEAD_READ);
+            }
         }
         for k in 0..self.header.upper_heap_chunk_count {
             let (offset, at) = self.table_entry(table::KIND_UPPER_HEAP, k)?;
