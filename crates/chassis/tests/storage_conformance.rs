@@ -50,6 +50,25 @@ fn conformance(s: &dyn Storage, second_handle: &dyn Storage) {
         s.map(8 << 20, 65_536, false).is_err(),
         "mapping past the end"
     );
+    // A large read-only mapping (the file backend places those for huge pages) reads the same
+    // bytes as positional reads, over its whole length, and sees later writes.
+    s.grow(12 << 20).unwrap();
+    let (at, len) = ((6 << 20) + 3 * 65_536, 5 << 20);
+    for i in 0..40u64 {
+        s.write_at(at + i * 131_072 + 5, &i.to_le_bytes()).unwrap();
+    }
+    s.will_need(at, 4096);
+    let big = s.map(at, len, false).unwrap();
+    for i in 0..40u64 {
+        big.read(i * 131_072 + 5, &mut w).unwrap();
+        assert_eq!(u64::from_le_bytes(w), i);
+    }
+    s.write_at(at + len - 8, &7u64.to_le_bytes()).unwrap();
+    let last = big.u64_at(len - 8).unwrap();
+    assert_eq!(last.load(std::sync::atomic::Ordering::Relaxed), 7);
+    assert!(big.write(0, b"x").is_err());
+    assert!(big.read(len - 4, &mut w).is_err());
+    drop(big);
     s.allocate(4 << 20, 1 << 20).unwrap();
     s.sync().unwrap();
     s.sync_dir().unwrap();

@@ -159,6 +159,8 @@ fn prefetch<T>(p: *const T) {
         unsafe {
             _mm_prefetch(p, _MM_HINT_T0);
             _mm_prefetch(p.wrapping_add(64), _MM_HINT_T0);
+            _mm_prefetch(p.wrapping_add(128), _MM_HINT_T0);
+            _mm_prefetch(p.wrapping_add(192), _MM_HINT_T0);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -126,6 +126,14 @@ impl Storage for FileStorage {
         }
         let len_usize =
             usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
+        #[cfg(target_os = "linux")]
+        if !writable && len_usize >= huge::PAGE {
+            let map = huge::map_read_only(&self.file, offset, len_usize)?;
+            let ptr = map.ptr;
+            // SAFETY: `map` owns a live read-only mapping of exactly `len_usize` bytes at a
+            // page-aligned address and unmaps it only when dropped; the Region keeps it alive.
+            return Ok(unsafe { Region::new(ptr, len_usize, false, Arc::new(map)) });
+        }
         let mut opts = memmap2::MmapOptions::new();
         opts.offset(offset).len(len_usize);
         let map = if writable {
@@ -212,6 +220,103 @@ pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Unix (Linux, where Chassis is built and tested; macOS and the BSDs, type-checked only).
+/// Read-only mappings that the kernel may back with 2 MiB pages. A search touches vectors all
+/// over a segment, so with 4 KiB pages nearly every vector costs a TLB miss; a file page can be
+/// mapped huge only where the address and the file offset agree modulo 2 MiB, so the mapping is
+/// placed that way inside a reserved range and advised MADV_HUGEPAGE. Whether the kernel does
+/// it depends on the file system (large folios: ext4 and XFS on recent kernels) and on how the
+/// pages came into the cache; either way the mapping reads the same bytes. The writer's own
+/// mappings stay in 4 KiB pages so that flushes write back only what changed.
+#[cfg(target_os = "linux")]
+mod huge {
+    use std::ffi::c_void;
+    use std::fs::File;
+    use std::io;
+
+    use rustix::mm::{madvise, mmap, mmap_anonymous, munmap, Advice, MapFlags, ProtFlags};
+
+    /// A huge page's size (x86-64 and aarch64 with 4 KiB base pages).
+    pub const PAGE: usize = 2 << 20;
+
+    /// A mapping this module made; unmapped on drop.
+    pub struct Map {
+        pub ptr: *mut u8,
+        len: usize,
+    }
+
+    // SAFETY: `Map` only owns the mapping (it is read through `Region`, never through `Map`);
+    // unmapping from another thread is sound.
+    unsafe impl Send for Map {}
+    // SAFETY: as above: `Map` has no methods that read or write through the pointer.
+    unsafe impl Sync for Map {}
+
+    impl Drop for Map {
+        fn drop(&mut self) {
+            // SAFETY: `ptr..ptr + len` is exactly the mapping `map_read_only` made, and no
+            // Region refers to it any more (each Region holds an Arc of this Map).
+            let _ = unsafe { munmap(self.ptr.cast::<c_void>(), self.len) };
+        }
+    }
+
+    /// Maps `len` bytes of `file` at `offset` (both multiples of the base page size) read-only
+    /// and shared, at an address congruent to `offset` modulo [`PAGE`].
+    pub fn map_read_only(file: &File, offset: u64, len: usize) -> io::Result<Map> {
+        let reserve = len
+            .checked_add(PAGE)
+            .ok_or_else(|| io::Error::other("mapping too large"))?;
+        // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel picks; it
+        // overlaps nothing of ours.
+        let base = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                reserve,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }? as usize;
+        let want = (offset % PAGE as u64) as usize;
+        let mut addr = base - base % PAGE + want;
+        if addr < base {
+            addr += PAGE;
+        }
+        // Now base <= addr < base + PAGE, so addr + len <= base + reserve.
+        // SAFETY: MAP_FIXED replaces only pages of the reservation made above, which nothing
+        // else uses.
+        let mapped = unsafe {
+            mmap(
+                addr as *mut c_void,
+                len,
+                ProtFlags::READ,
+                MapFlags::SHARED | MapFlags::FIXED,
+                file,
+                offset,
+            )
+        };
+        let end = addr + len;
+        // SAFETY: the reservation's head and tail outside `addr..end` are ours and unused.
+        unsafe {
+            if addr > base {
+                let _ = munmap(base as *mut c_void, addr - base);
+            }
+            if base + reserve > end {
+                let _ = munmap(end as *mut c_void, base + reserve - end);
+            }
+        }
+        if let Err(e) = mapped {
+            // SAFETY: `addr..end` is still the unused middle of our reservation.
+            let _ = unsafe { munmap(addr as *mut c_void, len) };
+            return Err(e.into());
+        }
+        // A hint: where the kernel has no huge pages for files, the mapping works as it is.
+        // SAFETY: advising a range we mapped changes no contents.
+        let _ = unsafe { madvise(addr as *mut c_void, len, Advice::LinuxHugepage) };
+        Ok(Map {
+            ptr: addr as *mut u8,
+            len,
+        })
+    }
+}
+
 #[cfg(unix)]
 mod platform {
     use std::fs::File;
@@ -426,5 +531,26 @@ mod tests {
             f.allocated_bytes().unwrap() >= (3 << 20) - 4096,
             "blocks exist"
         );
+    }
+
+    /// Fails if large read-only mappings lose their placement (address congruent to the file
+    /// offset modulo 2 MiB, the condition for the kernel to map a file page huge).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_read_only_maps_are_placed_for_huge_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = FileStorage::create(&dir.path().join("a")).unwrap();
+        f.grow(16 << 20).unwrap();
+        for offset in [0u64, 65_536, (2 << 20) + 5 * 65_536] {
+            f.write_at(offset, b"first").unwrap();
+            let r = f.map(offset, 8 << 20, false).unwrap();
+            assert_eq!(
+                r.as_ptr() as u64 % huge::PAGE as u64,
+                offset % huge::PAGE as u64
+            );
+            let mut b = [0u8; 5];
+            r.read(0, &mut b).unwrap();
+            assert_eq!(&b, b"first");
+        }
     }
 }

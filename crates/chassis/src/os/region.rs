@@ -54,6 +54,12 @@ impl Region {
         self.len as u64
     }
 
+    /// The address of the region's first byte (for tests of where mappings are placed).
+    #[cfg(test)]
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
