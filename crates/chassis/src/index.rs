@@ -918,11 +918,9 @@ impl Index {
     /// [`Index::add_batch_with_ids`] for threads and failures.
     pub fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
         self.writable()?;
-        let rows = self.prepare_rows(vectors)?;
+        let (rows, n) = self.prepare_rows(vectors)?;
         let start = self.next_id;
-        let ids: Vec<u64> = (0..rows.len() as u64)
-            .map(|i| start.saturating_add(i))
-            .collect();
+        let ids: Vec<u64> = (0..n as u64).map(|i| start.saturating_add(i)).collect();
         if self.flags & FLAG_CUSTOM_IDS != 0 {
             for &id in &ids {
                 if self.lookup(id)?.is_some() {
@@ -937,10 +935,10 @@ impl Index {
     /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
     /// floats each, one row per id).
     ///
-    /// Every row and id is checked before anything is added: a row of the wrong length, a
-    /// non-finite component, or an id that is live or repeated in the batch fails the whole
-    /// call with nothing added. An I/O error part-way (a full disk) can leave some rows added;
-    /// like every add they are pending until [`Index::flush`].
+    /// Every row and id is checked, and every slot written, before anything is added: a row
+    /// of the wrong length, a non-finite component, an id that is live or repeated in the
+    /// batch, or an I/O error while writing (a full disk) fails the whole call with nothing
+    /// added. Like every add, the rows are pending until [`Index::flush`].
     ///
     /// `threads` links the new nodes into the graph on that many threads (0: one per CPU);
     /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
@@ -952,12 +950,11 @@ impl Index {
         threads: usize,
     ) -> Result<()> {
         self.writable()?;
-        let rows = self.prepare_rows(vectors)?;
-        if rows.len() != ids.len() {
+        let (rows, n) = self.prepare_rows(vectors)?;
+        if n != ids.len() {
             return Err(Error::InvalidArgument(format!(
-                "{} ids for {} vectors",
-                ids.len(),
-                rows.len()
+                "{} ids for {n} vectors",
+                ids.len()
             )));
         }
         let mut seen: HashSet<u64, IdHashBuilder> =
@@ -978,8 +975,8 @@ impl Index {
         Ok(())
     }
 
-    /// Checks and prepares every row of a flat batch.
-    fn prepare_rows(&self, vectors: &[f32]) -> Result<Vec<Vec<f32>>> {
+    /// Checks and prepares every row of a flat batch; returns them, still flat, and how many.
+    fn prepare_rows(&self, vectors: &[f32]) -> Result<(Vec<f32>, usize)> {
         let dims = self.dims();
         if !vectors.len().is_multiple_of(dims) {
             return Err(Error::InvalidArgument(format!(
@@ -987,32 +984,34 @@ impl Index {
                 vectors.len()
             )));
         }
-        vectors.chunks(dims).map(|v| self.check_vector(v)).collect()
+        let mut flat = Vec::with_capacity(vectors.len());
+        for v in vectors.chunks(dims) {
+            flat.extend(self.check_vector(v)?);
+        }
+        Ok((flat, vectors.len() / dims))
     }
 
-    /// Inserts checked rows under ids already known not to be live.
-    fn insert_batch(&mut self, ids: &[u64], rows: Vec<Vec<f32>>, threads: usize) -> Result<()> {
+    /// Inserts checked rows (flat) under ids already known not to be live.
+    ///
+    /// Phase 1, on this thread: every slot is written (header, empty lists, then the vectors
+    /// in one write per segment, which lets the kernel cache them in large pages), so the
+    /// graph may link to any of them; a failure here adds nothing (`count` has not moved, and
+    /// the slots written are reused by the next add). Phase 2 links them: one thread takes the
+    /// single-add path slot by slot (the same graph as a loop of [`Index::add`]); more link in
+    /// parallel.
+    fn insert_batch(&mut self, ids: &[u64], flat: Vec<f32>, threads: usize) -> Result<()> {
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             t => t,
         };
-        if threads <= 1 || rows.len() < 2 * threads {
-            for (&id, v) in ids.iter().zip(rows) {
-                self.insert_prepared(id, v)?;
-            }
-            return Ok(());
-        }
         let first = self.count;
-        if u64::from(first) + rows.len() as u64 > u64::from(u32::MAX) {
+        if u64::from(first) + ids.len() as u64 > u64::from(u32::MAX) {
             return Err(Error::Full {
                 max: u64::from(u32::MAX),
             });
         }
-        // Phase 1, one thread: write every slot (header, vector, empty lists) so the graph
-        // may link to any of them. A failure here adds nothing: `count` has not moved, and
-        // the slots written are reused by the next add.
-        let mut levels = Vec::with_capacity(rows.len());
-        for (i, (&id, v)) in ids.iter().zip(&rows).enumerate() {
+        let mut levels = Vec::with_capacity(ids.len());
+        for (i, &id) in ids.iter().enumerate() {
             let slot = first + i as u32;
             self.store.ensure_slot(slot)?;
             let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
@@ -1021,10 +1020,11 @@ impl Index {
             } else {
                 0
             };
-            self.store.write_slot(slot, id, v, upper_ref)?;
+            self.store.write_slot(slot, id, &[], upper_ref)?;
             levels.push(level);
         }
-        drop(rows);
+        self.store.write_vectors(first, &flat)?;
+        drop(flat);
         self.count = first + levels.len() as u32;
         self.dirty = true;
         for &id in ids {
@@ -1035,9 +1035,36 @@ impl Index {
                 map.insert(id, first + i as u32);
             }
         }
-        // Phase 2, `threads` threads: link the slots in chunks, publishing R after each, so
-        // readers route through a chunk only once every node in it and its backlinks are
-        // written (decision 5).
+        if threads <= 1 || levels.len() < 2 * threads {
+            let mut scratch = self.take_scratch();
+            for (i, &level) in levels.iter().enumerate() {
+                let slot = first + i as u32;
+                // As in a single add: the graph is every slot up to this one.
+                let view = View {
+                    store: &self.store,
+                    count: slot + 1,
+                };
+                let becomes_entry = graph::insert(
+                    &view,
+                    &self.dist,
+                    &self.params,
+                    slot,
+                    level,
+                    self.entry,
+                    None,
+                    &mut scratch,
+                );
+                if becomes_entry {
+                    self.entry = Some((slot, level));
+                }
+                self.store.publish_routing_count(u64::from(slot) + 1)?;
+            }
+            self.put_scratch(scratch);
+            return Ok(());
+        }
+        // Parallel: link the slots in chunks, publishing R after each, so readers route
+        // through a chunk only once every node in it and its backlinks are written
+        // (decision 5).
         let locks = graph::NodeLocks::new(4096 * threads);
         let entry = Mutex::new(self.entry);
         let next = AtomicU64::new(0);
@@ -1049,44 +1076,57 @@ impl Index {
         for chunk_start in (0..levels.len()).step_by(PARALLEL_CHUNK) {
             let chunk_end = (chunk_start + PARALLEL_CHUNK).min(levels.len());
             next.store(chunk_start as u64, AtomicOrdering::Relaxed);
-            std::thread::scope(|scope| {
-                for scratch in scratches.iter_mut() {
-                    let (view, locks, entry, next, levels) =
-                        (&view, &locks, &entry, &next, &levels);
-                    let (dist, params) = (&self.dist, &self.params);
-                    scope.spawn(move || loop {
-                        let i = next.fetch_add(1, AtomicOrdering::Relaxed) as usize;
-                        if i >= chunk_end {
-                            break;
-                        }
-                        let slot = first + i as u32;
-                        let level = levels[i];
-                        // A node that will top the graph holds the entry point for its whole
-                        // insertion (as hnswlib does); any other lets go at once.
-                        let guard = lock(entry);
-                        let current = *guard;
-                        let tops = current.is_none_or(|(_, top)| level > top);
-                        let held = if tops {
-                            Some(guard)
-                        } else {
-                            drop(guard);
-                            None
-                        };
-                        let becomes = graph::insert(
-                            view,
-                            dist,
-                            params,
-                            slot,
-                            level,
-                            current,
-                            Some(locks),
-                            scratch,
-                        );
-                        if let (true, Some(mut g)) = (becomes, held) {
-                            *g = Some((slot, level));
-                        }
-                    });
-                }
+            scratches = std::thread::scope(|scope| {
+                let workers: Vec<_> = scratches
+                    .drain(..)
+                    .map(|mut scratch| {
+                        let (view, locks, entry, next, levels) =
+                            (&view, &locks, &entry, &next, &levels);
+                        let (dist, params) = (&self.dist, &self.params);
+                        // Each thread owns its scratch (moved in, handed back): scratches side
+                        // by side in one Vec would share cache lines that every distance
+                        // computation writes.
+                        scope.spawn(move || {
+                            loop {
+                                let i = next.fetch_add(1, AtomicOrdering::Relaxed) as usize;
+                                if i >= chunk_end {
+                                    break;
+                                }
+                                let slot = first + i as u32;
+                                let level = levels[i];
+                                // A node that will top the graph holds the entry point for its
+                                // whole insertion (as hnswlib does); any other lets go at once.
+                                let guard = lock(entry);
+                                let current = *guard;
+                                let tops = current.is_none_or(|(_, top)| level > top);
+                                let held = if tops {
+                                    Some(guard)
+                                } else {
+                                    drop(guard);
+                                    None
+                                };
+                                let becomes = graph::insert(
+                                    view,
+                                    dist,
+                                    params,
+                                    slot,
+                                    level,
+                                    current,
+                                    Some(locks),
+                                    &mut scratch,
+                                );
+                                if let (true, Some(mut g)) = (becomes, held) {
+                                    *g = Some((slot, level));
+                                }
+                            }
+                            scratch
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
             });
             self.store
                 .publish_routing_count(u64::from(first) + chunk_end as u64)?;

@@ -241,3 +241,48 @@ fn readers_search_throughout_a_parallel_batch() {
         "{found} of 400 new vectors found by the reader"
     );
 }
+
+/// Fails if a batch that runs out of space part-way leaves some of its rows added: slots are
+/// all written before any is linked or counted, so a full disk adds nothing and the index
+/// goes on as it was.
+#[test]
+fn a_batch_that_runs_out_of_space_adds_nothing() {
+    for threads in [1, 2] {
+        out_of_space(threads);
+    }
+}
+
+fn out_of_space(threads: usize) {
+    let dims = 8;
+    let data = clustered(4_000, dims, 8, 4);
+    let mem = MemStorage::new(1 << 20).unwrap();
+    let mut index = Index::create_in(
+        Arc::new(mem.reopen(true)),
+        common::small(dims, Metric::L2Squared, 8, 32),
+    )
+    .unwrap();
+    let mut added = 0;
+    let failed = loop {
+        let rows = &data[added..added + 200];
+        match index.add_batch(&flat(rows), threads) {
+            Ok(ids) => {
+                assert_eq!(ids.len(), 200);
+                added += 200;
+                index.flush().unwrap();
+            }
+            Err(e) => break e,
+        }
+        assert!(added < 4_000, "1 MiB should not hold 4,000 slots");
+    };
+    assert!(added > 0);
+    assert!(
+        matches!(failed, Error::Full { .. } | Error::Io(_)),
+        "{failed:?}"
+    );
+    assert_eq!(index.len(), added, "nothing of the failed batch is added");
+    assert!(!index.contains(added as u64).unwrap());
+    index.flush().unwrap();
+    for (i, v) in data[..added].iter().enumerate().step_by(97) {
+        assert_eq!(index.search(v, 1, 32).unwrap()[0].id, i as u64);
+    }
+}

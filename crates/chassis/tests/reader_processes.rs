@@ -60,6 +60,9 @@ fn writer(dir: &Path) {
     let mut rng = Rng::new(3);
     let mut next = 200usize;
     let mut generation = 0;
+    // The parent logged the first state; readers must see it before it changes (a reader
+    // process that starts late would otherwise begin at a later state).
+    wait_for_readers(dir, progress(0, ix.info().unwrap().sequence));
     for f in 0..FLUSHES {
         for _ in 0..40 {
             let id = ix.add(&data[next]).unwrap();
@@ -99,7 +102,11 @@ fn commit(dir: &Path, ix: &Index, generation: u64, live: &BTreeSet<u64>) {
         info.delete_epoch,
         live,
     );
-    let want = progress(generation, info.sequence);
+    wait_for_readers(dir, progress(generation, info.sequence));
+}
+
+/// Waits until every reader has taken a snapshot at least as new as `want`.
+fn wait_for_readers(dir: &Path, want: u64) {
     let t = Instant::now();
     while (0..READERS).any(|r| read_u64(&dir.join(format!("seen-{r}"))) < want) {
         assert!(t.elapsed() < Duration::from_secs(60), "readers stalled");

@@ -127,12 +127,13 @@ impl Storage for FileStorage {
         let len_usize =
             usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
         #[cfg(target_os = "linux")]
-        if !writable && len_usize >= huge::PAGE {
-            let map = huge::map_read_only(&self.file, offset, len_usize)?;
+        if len_usize >= huge::PAGE {
+            let map = huge::map(&self.file, offset, len_usize, writable)?;
             let ptr = map.ptr;
-            // SAFETY: `map` owns a live read-only mapping of exactly `len_usize` bytes at a
-            // page-aligned address and unmaps it only when dropped; the Region keeps it alive.
-            return Ok(unsafe { Region::new(ptr, len_usize, false, Arc::new(map)) });
+            // SAFETY: `map` owns a live mapping of exactly `len_usize` bytes at a page-aligned
+            // address, writable only if `writable`, and unmaps it only when dropped; the
+            // Region keeps it alive.
+            return Ok(unsafe { Region::new(ptr, len_usize, writable, Arc::new(map)) });
         }
         let mut opts = memmap2::MmapOptions::new();
         opts.offset(offset).len(len_usize);
@@ -220,13 +221,14 @@ pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Unix (Linux, where Chassis is built and tested; macOS and the BSDs, type-checked only).
-/// Read-only mappings that the kernel may back with 2 MiB pages. A search touches vectors all
-/// over a segment, so with 4 KiB pages nearly every vector costs a TLB miss; a file page can be
-/// mapped huge only where the address and the file offset agree modulo 2 MiB, so the mapping is
-/// placed that way inside a reserved range and advised MADV_HUGEPAGE. Whether the kernel does
-/// it depends on the file system (large folios: ext4 and XFS on recent kernels) and on how the
-/// pages came into the cache; either way the mapping reads the same bytes. The writer's own
-/// mappings stay in 4 KiB pages so that flushes write back only what changed.
+/// Mappings that the kernel may back with 2 MiB pages. A search touches vectors all over a
+/// segment, so with 4 KiB pages nearly every vector costs a TLB miss; a file page can be mapped
+/// huge only where the address and the file offset agree modulo 2 MiB, so large mappings are
+/// placed that way inside a reserved range. Read-only ones are advised MADV_HUGEPAGE whole; the
+/// writer advises only ranges it never writes through the mapping ([`Region::advise_huge`]), so
+/// a flush writes back only the blocks that changed. Whether the kernel maps huge pages depends
+/// on the file system (large folios: ext4 and XFS on recent kernels) and on how the pages came
+/// into the cache; either way the mapping reads the same bytes.
 #[cfg(target_os = "linux")]
 mod huge {
     use std::ffi::c_void;
@@ -252,15 +254,15 @@ mod huge {
 
     impl Drop for Map {
         fn drop(&mut self) {
-            // SAFETY: `ptr..ptr + len` is exactly the mapping `map_read_only` made, and no
+            // SAFETY: `ptr..ptr + len` is exactly the mapping `map` made, and no
             // Region refers to it any more (each Region holds an Arc of this Map).
             let _ = unsafe { munmap(self.ptr.cast::<c_void>(), self.len) };
         }
     }
 
-    /// Maps `len` bytes of `file` at `offset` (both multiples of the base page size) read-only
-    /// and shared, at an address congruent to `offset` modulo [`PAGE`].
-    pub fn map_read_only(file: &File, offset: u64, len: usize) -> io::Result<Map> {
+    /// Maps `len` bytes of `file` at `offset` (both multiples of the base page size), shared,
+    /// at an address congruent to `offset` modulo [`PAGE`]; read-only ones are advised huge.
+    pub fn map(file: &File, offset: u64, len: usize, writable: bool) -> io::Result<Map> {
         let reserve = len
             .checked_add(PAGE)
             .ok_or_else(|| io::Error::other("mapping too large"))?;
@@ -286,7 +288,11 @@ mod huge {
             mmap(
                 addr as *mut c_void,
                 len,
-                ProtFlags::READ,
+                if writable {
+                    ProtFlags::READ | ProtFlags::WRITE
+                } else {
+                    ProtFlags::READ
+                },
                 MapFlags::SHARED | MapFlags::FIXED,
                 file,
                 offset,
@@ -307,9 +313,11 @@ mod huge {
             let _ = unsafe { munmap(addr as *mut c_void, len) };
             return Err(e.into());
         }
-        // A hint: where the kernel has no huge pages for files, the mapping works as it is.
-        // SAFETY: advising a range we mapped changes no contents.
-        let _ = unsafe { madvise(addr as *mut c_void, len, Advice::LinuxHugepage) };
+        if !writable {
+            // A hint: where the kernel has no huge pages for files, the mapping works as it is.
+            // SAFETY: advising a range we mapped changes no contents.
+            let _ = unsafe { madvise(addr as *mut c_void, len, Advice::LinuxHugepage) };
+        }
         Ok(Map {
             ptr: addr as *mut u8,
             len,
@@ -533,24 +541,32 @@ mod tests {
         );
     }
 
-    /// Fails if large read-only mappings lose their placement (address congruent to the file
-    /// offset modulo 2 MiB, the condition for the kernel to map a file page huge).
+    /// Fails if large mappings lose their placement (address congruent to the file offset
+    /// modulo 2 MiB, the condition for the kernel to map a file page huge) or their contents.
     #[cfg(target_os = "linux")]
     #[test]
-    fn large_read_only_maps_are_placed_for_huge_pages() {
+    fn large_maps_are_placed_for_huge_pages() {
         let dir = tempfile::tempdir().unwrap();
         let f = FileStorage::create(&dir.path().join("a")).unwrap();
         f.grow(16 << 20).unwrap();
-        for offset in [0u64, 65_536, (2 << 20) + 5 * 65_536] {
-            f.write_at(offset, b"first").unwrap();
-            let r = f.map(offset, 8 << 20, false).unwrap();
-            assert_eq!(
-                r.as_ptr() as u64 % huge::PAGE as u64,
-                offset % huge::PAGE as u64
-            );
-            let mut b = [0u8; 5];
-            r.read(0, &mut b).unwrap();
-            assert_eq!(&b, b"first");
+        for writable in [false, true] {
+            for offset in [0u64, 65_536, (2 << 20) + 5 * 65_536] {
+                f.write_at(offset, b"first").unwrap();
+                let r = f.map(offset, 8 << 20, writable).unwrap();
+                assert_eq!(
+                    r.as_ptr() as u64 % huge::PAGE as u64,
+                    offset % huge::PAGE as u64
+                );
+                r.advise_huge(0, 8 << 20);
+                let mut b = [0u8; 5];
+                r.read(0, &mut b).unwrap();
+                assert_eq!(&b, b"first");
+                assert_eq!(r.write((4 << 20) + 3, b"later").is_ok(), writable);
+                if writable {
+                    f.read_at(offset + (4 << 20) + 3, &mut b).unwrap();
+                    assert_eq!(&b, b"later", "a write through the mapping reaches the file");
+                }
+            }
         }
     }
 }

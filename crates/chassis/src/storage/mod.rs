@@ -394,6 +394,9 @@ impl Store {
             let bytes = align_region(layout.bytes);
             table::check_region(offset, bytes, len, at)?;
             let region = self.storage.map(offset, bytes, self.writable)?;
+            if self.writable {
+                region.advise_huge(layout.vectors_at, layout.records_at - layout.vectors_at);
+            }
             // Slots below N were written and made durable, so their blocks exist.
             let first = self.geometry.segment_first_slot(k);
             let allocated_slots = self
@@ -719,6 +722,7 @@ impl Store {
         let k = self.segments.len() as u64;
         let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
         let (offset, region) = self.append_region(layout.bytes)?;
+        region.advise_huge(layout.vectors_at, layout.records_at - layout.vectors_at);
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
         self.segments.push(Segment {
             offset,
@@ -828,11 +832,13 @@ impl Store {
         } else {
             r.write(header_at, &record::encode_slot_header(id, 0, 0))?;
         }
-        let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-        r.write(
-            seg.layout.vectors_at + off * 4 * u64::from(self.dims),
-            &bytes,
-        )?;
+        if !vector.is_empty() {
+            let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+            self.storage.write_at(
+                seg.offset + seg.layout.vectors_at + off * 4 * u64::from(self.dims),
+                &bytes,
+            )?;
+        }
         let rec = seg.layout.records_at + off * self.record_bytes;
         for w in r.u32_words(rec + record::RECORD_NEIGHBORS_AT, 2 * self.m as usize)? {
             w.store(record::EMPTY, Ordering::Relaxed);
@@ -840,6 +846,30 @@ impl Store {
         // Release: the record's words are visible before its head names its upper layers.
         r.u64_at(rec + record::RECORD_UPPER_REF_AT)?
             .store(upper_ref, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes the vectors of slots `first..first + vectors.len() / dims` (already written by
+    /// [`Store::write_slot`] without their vectors), one write per segment they span.
+    pub fn write_vectors(&self, first: u32, vectors: &[f32]) -> Result<()> {
+        self.require_writable()?;
+        let d = self.dims as usize;
+        let mut slot = first;
+        let mut rest = vectors;
+        while !rest.is_empty() {
+            let (seg, off) = self
+                .slot_place(slot)
+                .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+            let n = ((seg.layout.slots - off) as usize).min(rest.len() / d);
+            let (now, later) = rest.split_at(n * d);
+            let bytes: Vec<u8> = now.iter().flat_map(|x| x.to_le_bytes()).collect();
+            self.storage.write_at(
+                seg.offset + seg.layout.vectors_at + off * 4 * d as u64,
+                &bytes,
+            )?;
+            slot += n as u32;
+            rest = later;
+        }
         Ok(())
     }
 
