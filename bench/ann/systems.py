@@ -114,7 +114,7 @@ class Faiss:
         kind = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
         ix = faiss.IndexHNSWFlat(base.shape[1], M, kind)
         ix.hnsw.efConstruction = EF_CONSTRUCTION
-        ix.add(base, threads=threads)
+        ix.add(base)
         faiss.write_index(ix, str(path))
 
     def open(self, path, metric, dims):
