@@ -89,7 +89,7 @@ def dataset_section(r):
             if v:
                 cells.append(fmt(v["build_s"], 1))
             else:
-                cells.append("(one-thread writer)" if n == "chassis" else "not run")
+                cells.append("not run")
         first = b[str(min(int(k) for k in b))] if b else None
         lines.append(
             f"| {n} | " + " | ".join(cells) + f" | {mib(first['file_bytes'])} | "
@@ -158,20 +158,24 @@ def goals(results):
             ok = None if a is None or b is None else a / b <= 1.05
             rows.append((f"{ds}: distances per query at 0.95 <= 1.05x hnswlib", ratio(a, b), verdict(ok)))
         b = r["build"]
-        ours1 = b["chassis"].get("1")
+        ours1, ours2 = b["chassis"].get("1"), b["chassis"].get("2")
         if "hnswlib" in b and "1" in b["hnswlib"] and ours1:
             h1 = b["hnswlib"]["1"]
             ok = ours1["build_s"] <= h1["build_s"]
             rows.append((f"{ds}: 1-thread build time <= 1.0x hnswlib", ratio(ours1["build_s"], h1["build_s"]), verdict(ok)))
-            rows.append((f"{ds}: 2-thread build >= 1.8x faster than 1 thread", "1.00x (one-thread writer)", verdict(False)))
-        if "hnswlib" in b and ours1:
+        if ours1 and ours2:
+            speedup = ours1["build_s"] / ours2["build_s"]
+            rows.append((f"{ds}: 2-thread build >= 1.8x faster than 1 thread", f"{speedup:.2f}x", verdict(speedup >= 1.8)))
+        # Sizes and the cold open: the graph that was searched (the build with fewest threads).
+        ours = b["chassis"][min(b["chassis"], key=int)] if b.get("chassis") else None
+        if "hnswlib" in b and ours:
             h = b["hnswlib"][min(b["hnswlib"], key=int)]
-            ok = ours1["allocated_bytes"] <= 1.05 * h["file_bytes"]
-            rows.append((f"{ds}: allocated bytes <= 1.05x hnswlib's file", ratio(ours1["allocated_bytes"], h["file_bytes"]), verdict(ok)))
-            rows.append((f"{ds}: logical file length / hnswlib's file (allocation ahead included)", ratio(ours1["file_bytes"], h["file_bytes"]), "reported"))
+            ok = ours["allocated_bytes"] <= 1.05 * h["file_bytes"]
+            rows.append((f"{ds}: allocated bytes <= 1.05x hnswlib's file", ratio(ours["allocated_bytes"], h["file_bytes"]), verdict(ok)))
+            rows.append((f"{ds}: logical file length / hnswlib's file (allocation ahead included)", ratio(ours["file_bytes"], h["file_bytes"]), "reported"))
         c = r["cold"].get("chassis")
-        if c and ours1:
-            gib = ours1["file_bytes"] / 2**30
+        if c and ours:
+            gib = ours["file_bytes"] / 2**30
             if c.get("open_warm_ms") is not None:
                 rows.append((f"{ds}: open of a {gib:.2f} GiB file < 10 ms, page cache warm", f"{c['open_warm_ms']:.2f} ms", verdict(c["open_warm_ms"] < 10)))
             rows.append((f"{ds}: open of a {gib:.2f} GiB file < 10 ms, page cache cold", f"{c['open_ms']:.2f} ms", verdict(c["open_ms"] < 10)))
