@@ -102,6 +102,9 @@ def worker_build(a):
 
 
 def evict(paths):
+    # Write back everything first, system-wide: a cold read queued behind another system's
+    # freshly saved file would measure the disk's write backlog, not the open.
+    os.sync()
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:

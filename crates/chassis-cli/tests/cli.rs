@@ -484,6 +484,36 @@ fn import_formats_ids_and_flushing_in_pieces() {
         1,
         "don't also pass --ids",
     );
+    // --threads: batches linked on two threads; every vector finds itself.
+    let many = data(600, 8);
+    write_npy(Path::new(&p("m.npy")), &many);
+    ok(&["create", &p("t.chassis"), "--dims", "8", "--metric", "l2"]);
+    let out = ok(&[
+        "import",
+        &p("t.chassis"),
+        &p("m.npy"),
+        "--threads",
+        "2",
+        "--batch",
+        "250",
+    ]);
+    assert!(out.contains("imported 600 vectors (ids 0..=599)"), "{out}");
+    let picks = [0usize, 249, 250, 511, 599];
+    let rows: Vec<Vec<f32>> = picks.iter().map(|&i| many[i].clone()).collect();
+    write_fvecs(Path::new(&p("q.fvecs")), &rows);
+    let out = ok(&[
+        "search",
+        &p("t.chassis"),
+        "--query-file",
+        &p("q.fvecs"),
+        "-k",
+        "1",
+        "--json",
+    ]);
+    for (line, want) in out.lines().zip(picks) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["ids"][0].as_u64(), Some(want as u64), "{line}");
+    }
 }
 
 #[test]

@@ -868,49 +868,10 @@ impl Index {
         self.insert_prepared(id, v)
     }
 
-    /// Inserts a vector already checked (and, for cosine, normalised) under `id`.
+    /// Inserts a vector already checked (and, for cosine, normalised) under `id`: a batch of
+    /// one, on this thread.
     fn insert_prepared(&mut self, id: u64, v: Vec<f32>) -> Result<()> {
-        if self.count == u32::MAX {
-            return Err(Error::Full {
-                max: u64::from(u32::MAX),
-            });
-        }
-        let slot = self.count;
-        self.store.ensure_slot(slot)?;
-        let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
-        let upper_ref = if level > 0 {
-            self.store.alloc_upper(level as u32)?
-        } else {
-            0
-        };
-        self.store.write_slot(slot, id, &v, upper_ref)?;
-        self.count = slot + 1;
-        self.dirty = true;
-        let mut scratch = self.take_scratch();
-        let view = View {
-            store: &self.store,
-            count: self.count,
-        };
-        let becomes_entry = graph::insert(
-            &view,
-            &self.dist,
-            &self.params,
-            slot,
-            level,
-            self.entry,
-            None,
-            &mut scratch,
-        );
-        self.put_scratch(scratch);
-        if becomes_entry {
-            self.entry = Some((slot, level));
-        }
-        self.next_id = self.next_id.max(id.saturating_add(1));
-        if let Some(map) = lock(&self.ids).as_mut() {
-            map.insert(id, slot);
-        }
-        // Decision 5: R after the node and its backlinks.
-        self.store.publish_routing_count(u64::from(self.count))
+        self.insert_batch(&[id], v, 1)
     }
 
     /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
@@ -1057,6 +1018,7 @@ impl Index {
                 if becomes_entry {
                     self.entry = Some((slot, level));
                 }
+                // Decision 5: R after the node and its backlinks.
                 self.store.publish_routing_count(u64::from(slot) + 1)?;
             }
             self.put_scratch(scratch);
