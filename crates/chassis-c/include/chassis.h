@@ -122,6 +122,26 @@ enum chassis_status chassis_add(struct chassis_index *index,
                                 size_t dims,
                                 uint64_t *out_id);
 
+// Adds `count` vectors of `dims` floats each, stored row after row at `vectors`, linking them
+// on `threads` threads (0: one per CPU; 1: the same graph as `count` calls of `chassis_add`).
+// With `ids` null the index assigns the ids (written to `out_ids` if not null, `count` of
+// them); otherwise `ids` holds `count` caller-chosen ids. Every row and id is checked and
+// every slot written before anything is added: a bad row, a live or repeated id, or a full
+// disk adds nothing. Durable at the next `chassis_flush`.
+//
+// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+//
+// # Safety
+// `index` is a live handle; `vectors` points to `count * dims` floats; `ids` is null or
+// points to `count` ids; `out_ids` is null or writable for `count` ids.
+enum chassis_status chassis_add_batch(struct chassis_index *index,
+                                      const float *vectors,
+                                      size_t count,
+                                      size_t dims,
+                                      const uint64_t *ids,
+                                      size_t threads,
+                                      uint64_t *out_ids);
+
 // Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 //
 // Thread safety: takes the index's write lock; other calls on the same index wait for it.

@@ -325,6 +325,61 @@ pub unsafe extern "C" fn chassis_add(
     })
 }
 
+/// Adds `count` vectors of `dims` floats each, stored row after row at `vectors`, linking them
+/// on `threads` threads (0: one per CPU; 1: the same graph as `count` calls of `chassis_add`).
+/// With `ids` null the index assigns the ids (written to `out_ids` if not null, `count` of
+/// them); otherwise `ids` holds `count` caller-chosen ids. Every row and id is checked and
+/// every slot written before anything is added: a bad row, a live or repeated id, or a full
+/// disk adds nothing. Durable at the next `chassis_flush`.
+///
+/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+///
+/// # Safety
+/// `index` is a live handle; `vectors` points to `count * dims` floats; `ids` is null or
+/// points to `count` ids; `out_ids` is null or writable for `count` ids.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_add_batch(
+    index: *mut chassis_index,
+    vectors: *const f32,
+    count: usize,
+    dims: usize,
+    ids: *const u64,
+    threads: usize,
+    out_ids: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let n = count
+            .checked_mul(dims)
+            .ok_or_else(|| Error::InvalidArgument("count * dims overflows".into()))?;
+        // SAFETY: `count * dims` readable floats per the contract.
+        let v = unsafe { floats(vectors, n) }?;
+        let mut w = write(ix);
+        if dims != w.dims() {
+            return Err(Error::DimensionMismatch {
+                expected: w.dims(),
+                got: dims,
+            }
+            .into());
+        }
+        let added = if ids.is_null() {
+            w.add_batch(v, threads)?
+        } else {
+            // SAFETY: `count` readable ids per the contract.
+            let ids = unsafe { std::slice::from_raw_parts(ids, count) };
+            w.add_batch_with_ids(ids, v, threads)?;
+            ids.to_vec()
+        };
+        if !out_ids.is_null() {
+            // SAFETY: non-null and writable for `count` ids per the contract; `added` holds
+            // exactly `count`.
+            unsafe { std::ptr::copy_nonoverlapping(added.as_ptr(), out_ids, added.len()) };
+        }
+        Ok(())
+    })
+}
+
 /// Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 ///
 /// Thread safety: takes the index's write lock; other calls on the same index wait for it.

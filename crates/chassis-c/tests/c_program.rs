@@ -55,7 +55,9 @@ fn the_c_program_passes_and_valgrind_finds_nothing() {
     );
     let run = dir.path().join("valgrind");
     std::fs::create_dir(&run).unwrap();
+    let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/valgrind.supp");
     let out = Command::new("valgrind")
+        .arg(format!("--suppressions={}", supp.display()))
         .args([
             "--error-exitcode=99",
             "--leak-check=full",

@@ -109,10 +109,20 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         _exit(reader_child(path));
     }
-    for (int i = N; i < 2 * N; i++) {
-        vector(i, v);
-        CHECK(chassis_add(ix, v, DIMS, NULL) == CHASSIS_STATUS_OK, "add %d", i);
+    /* The second N in one batch, linked on two threads. */
+    static float rows[N * DIMS];
+    static uint64_t batch_ids[N];
+    for (int i = 0; i < N; i++) {
+        vector(N + i, rows + i * DIMS);
     }
+    CHECK(chassis_add_batch(ix, rows, N, DIMS - 1, NULL, 2, batch_ids) == CHASSIS_STATUS_DIMENSION_MISMATCH,
+          "batch dims");
+    uint64_t taken[2] = {7, 900000};
+    CHECK(chassis_add_batch(ix, rows, 2, DIMS, taken, 2, NULL) == CHASSIS_STATUS_DUPLICATE_ID,
+          "batch with a live id adds nothing");
+    CHECK(chassis_add_batch(ix, rows, N, DIMS, NULL, 2, batch_ids) == CHASSIS_STATUS_OK, "batch");
+    CHECK(batch_ids[0] == N && batch_ids[N - 1] == 2 * N - 1, "batch ids %llu",
+          (unsigned long long)batch_ids[0]);
     CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "second flush");
     int status = 0;
     waitpid(pid, &status, 0);
