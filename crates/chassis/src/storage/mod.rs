@@ -47,6 +47,12 @@ struct Segment {
     allocated_slots: u64,
 }
 
+/// The writer asks for huge pages under a segment's vector array only: it writes vectors with
+/// pwrite, never through the mapping, so huge pages there cost no extra writeback at a flush.
+fn advise_vectors_huge(region: &Region, layout: &SegmentLayout) {
+    region.advise_huge(layout.vectors_at, layout.records_at - layout.vectors_at);
+}
+
 /// Bytes asked for ahead of reading a region's head at open ([`Storage::will_need`]).
 pub(crate) const HEAD_READ: u64 = 4096;
 
@@ -395,7 +401,7 @@ impl Store {
             table::check_region(offset, bytes, len, at)?;
             let region = self.storage.map(offset, bytes, self.writable)?;
             if self.writable {
-                region.advise_huge(layout.vectors_at, layout.records_at - layout.vectors_at);
+                advise_vectors_huge(&region, &layout);
             }
             // Slots below N were written and made durable, so their blocks exist.
             let first = self.geometry.segment_first_slot(k);
@@ -722,7 +728,7 @@ impl Store {
         let k = self.segments.len() as u64;
         let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
         let (offset, region) = self.append_region(layout.bytes)?;
-        region.advise_huge(layout.vectors_at, layout.records_at - layout.vectors_at);
+        advise_vectors_huge(&region, &layout);
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
         self.segments.push(Segment {
             offset,
@@ -833,11 +839,7 @@ impl Store {
             r.write(header_at, &record::encode_slot_header(id, 0, 0))?;
         }
         if !vector.is_empty() {
-            let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
-            self.storage.write_at(
-                seg.offset + seg.layout.vectors_at + off * 4 * u64::from(self.dims),
-                &bytes,
-            )?;
+            self.write_vectors(slot, vector)?;
         }
         let rec = seg.layout.records_at + off * self.record_bytes;
         for w in r.u32_words(rec + record::RECORD_NEIGHBORS_AT, 2 * self.m as usize)? {
