@@ -699,13 +699,20 @@ impl IndexReader {
         let segments_wanted = h.segment_count.max(live_bound(live_words[1])?);
         let chunks_wanted = h.upper_heap_chunk_count.max(live_bound(live_words[2])?);
         // The common case while a writer inserts (R moved, nothing else): the same regions,
-        // checked only where they are uncommitted.
-        if let Some(old) = &old {
-            let segs_same = (h.segment_count..old.segments.len() as u64).all(|k| {
+        // checked wherever the old snapshot mapped them uncommitted. Invariant: a region
+        // committed in the old snapshot never moves; one that was uncommitted there may have
+        // been committed since at another offset (by a restarted writer), so it is checked
+        // even when it is committed now.
+        if let (Some(old), Some(last)) = (&old, &cache.last) {
+            let (old_segs, old_chunks) = (
+                last.header.segment_count,
+                last.header.upper_heap_chunk_count,
+            );
+            let segs_same = (old_segs..old.segments.len() as u64).all(|k| {
                 entry(table::KIND_SEGMENTS, k).map(|e| e.0)
                     == Some(old.segments[k as usize].1.offset)
             });
-            let chunks_same = (h.upper_heap_chunk_count..old.upper_chunks.len() as u64).all(|k| {
+            let chunks_same = (old_chunks..old.upper_chunks.len() as u64).all(|k| {
                 entry(table::KIND_UPPER_HEAP, k).map(|e| e.0)
                     == Some(old.upper_chunks[k as usize].offset)
             });

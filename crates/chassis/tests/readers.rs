@@ -327,3 +327,41 @@ fn a_reader_opens_a_locked_file_and_follows_it() {
         Err(Error::DimensionMismatch { .. })
     ));
 }
+
+/// A restarted writer may commit a segment at another offset than the one the first writer's
+/// uncommitted copy had: a reader that mapped the first copy remaps it once it is committed,
+/// even when no count changed since its last snapshot. (Found by `reader_stress`: committed
+/// slots read through the stale mapping came back as id 0 with another vector's distance.)
+#[test]
+fn a_segment_committed_at_a_new_offset_is_remapped() {
+    let mem = new_file();
+    let data = clustered(2000, 4, 5, 9);
+    let mut w = writer(&mem);
+    for v in &data[..20] {
+        w.add(v).unwrap();
+    }
+    w.flush().unwrap();
+    for v in &data[20..120] {
+        w.add(v).unwrap();
+    }
+    let r = reader(&mem);
+    let before = r.snapshot().unwrap().segment_offsets();
+    drop(w); // unflushed
+    let mut w = writer(&mem);
+    for v in &data[1000..1100] {
+        w.add(v).unwrap();
+    }
+    w.flush().unwrap();
+    let committed = w.store().region_offsets().0;
+    assert_eq!(before.len(), committed.len(), "the same segment count");
+    assert_ne!(
+        before, committed,
+        "the scenario needs a segment at a new offset"
+    );
+    assert_eq!(r.snapshot().unwrap().segment_offsets(), committed);
+    for (i, v) in data[1000..1100].iter().enumerate() {
+        let hits = r.search(v, 1, 32).unwrap();
+        assert_eq!(hits[0].id, 20 + i as u64);
+        assert_eq!(hits[0].distance, 0.0);
+    }
+}
