@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::format::geometry::Geometry;
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::{self, record};
-use crate::graph::{self, Distance, GraphStore, Metric, Params, Scored, Scratch};
+use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Params, Scored, Scratch};
 use crate::os::{FileStorage, MemStorage, Storage};
 use crate::storage::{NewFile, Store};
 
@@ -1620,7 +1620,7 @@ impl Index {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
-        let q = self.check_vector(query)?;
+        let q = AlignedVector::new(&self.check_vector(query)?);
         let want = k.min(self.len());
         let Some((ep, max_layer)) = self.entry else {
             return Ok(Vec::new());

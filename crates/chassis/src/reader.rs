@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::{self, align_region, live, record, table, DATA_START};
-use crate::graph::{self, Distance, GraphStore, Metric, Scored, Scratch};
+use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
 use crate::index::{metric_from_code, prepare_vector, IdHashBuilder, Neighbor};
 use crate::os::{FileIdentity, FileStorage, Region, Storage};
 
@@ -850,7 +850,7 @@ impl IndexReader {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
-        let q = prepare_vector(self.metric, self.dims as usize, query)?;
+        let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, query)?);
         let h = &snap.header;
         let want = (k as u64).min(snap.len()) as usize;
         if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {

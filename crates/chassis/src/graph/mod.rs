@@ -30,7 +30,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub use distance::{Distance, Metric, SimdLevel};
+pub use distance::{AlignedVector, Distance, Metric, SimdLevel};
 pub use visited::VisitedSet;
 
 /// The empty neighbor word.
@@ -280,9 +280,14 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
                     len += 1;
                 }
             }
-            for &(n, v) in &pending[..len] {
+            let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
+            for (slot, &(_, v)) in vectors.iter_mut().zip(&pending[..len]) {
+                *slot = v;
+            }
+            let mut distances = [0f32; BATCH];
+            dist.eval_many(q, &vectors[..len], &mut distances);
+            for (&(n, _), &d) in pending[..len].iter().zip(&distances) {
                 scratch.distance_count += 1;
-                let d = dist.eval(q, v);
                 if scratch.results.len() < ef || d < bound {
                     let s = Scored {
                         distance: d,
