@@ -146,25 +146,30 @@ pub fn random_level(seed: u64, slot: u32, m: usize, max_layers: usize) -> usize 
     (level as usize).min(max_layers.saturating_sub(1))
 }
 
-/// Asks the CPU to start loading the cache line at `p` (and the next one: the first 32 floats
-/// of a vector). A hint only: it never faults and never changes what a search returns.
+/// Lines prefetched of a neighbor list (64 words: a level-0 list at M up to 32).
+const LIST_PREFETCH_LINES: usize = 4;
+
+/// Lines prefetched of each vector about to be scored: all of a 128-d vector, the head of a
+/// longer one (the hardware streams the rest). Four lines were 9% slower at 128 dimensions;
+/// more than eight made no difference at 384 or 1,536 (docs/PERFORMANCE.md).
+const VECTOR_PREFETCH_LINES: usize = 8;
+
+/// Asks the CPU to start loading the `lines` cache lines from `p`. A hint only: it never
+/// faults and never changes what a search returns.
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+fn prefetch<T>(p: *const T, lines: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let p = p.cast::<i8>();
-        // SAFETY: prefetch instructions do not access memory architecturally and never fault,
-        // whatever the address; SSE is part of the x86_64 baseline.
-        unsafe {
-            _mm_prefetch(p, _MM_HINT_T0);
-            _mm_prefetch(p.wrapping_add(64), _MM_HINT_T0);
-            _mm_prefetch(p.wrapping_add(128), _MM_HINT_T0);
-            _mm_prefetch(p.wrapping_add(192), _MM_HINT_T0);
+        for i in 0..lines {
+            // SAFETY: prefetch instructions do not access memory architecturally and never
+            // fault, whatever the address; SSE is part of the x86_64 baseline.
+            unsafe { _mm_prefetch(p.wrapping_add(64 * i), _MM_HINT_T0) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    let _ = (p, lines);
 }
 
 /// Neighbor words filtered and prefetched together before any of them is scored.
@@ -224,9 +229,10 @@ pub fn greedy_descent<S: GraphStore>(
 /// slots are routed through, never returned). Returns up to `ef` results, nearest first.
 ///
 /// Memory, not arithmetic, bounds this loop on large files: the next candidate's neighbor list
-/// is prefetched while the current one is expanded, and each list's unvisited neighbors are
-/// filtered and their vectors prefetched before any of them is scored (docs/PERFORMANCE.md
-/// measures both).
+/// is prefetched while the current one is expanded, each list's unvisited neighbors are
+/// filtered and their vectors prefetched before any of them is scored, and they are scored
+/// together ([`Distance::eval_many`]: eight vectors' lines streaming side by side).
+/// docs/PERFORMANCE.md measures each.
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     store: &S,
@@ -261,7 +267,7 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
             .peek()
             .and_then(|n| neighbors(store, n.0.slot, layer))
         {
-            prefetch(next.as_ptr());
+            prefetch(next.as_ptr(), LIST_PREFETCH_LINES);
         }
         // Filter visited slots first and prefetch the survivors' vectors, then score them
         // (the loads overlap instead of each waiting on memory in turn). A list is taken in
@@ -275,7 +281,7 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
                     continue;
                 }
                 if let Some(v) = store.vector(n) {
-                    prefetch(v.as_ptr());
+                    prefetch(v.as_ptr(), VECTOR_PREFETCH_LINES.min(v.len().div_ceil(16)));
                     pending[len] = (n, v);
                     len += 1;
                 }
