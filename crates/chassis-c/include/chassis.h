@@ -170,7 +170,8 @@ enum chassis_status chassis_delete(struct chassis_index *index, uint64_t id);
 enum chassis_status chassis_flush(struct chassis_index *index);
 
 // Rewrites the index into a new file with only its live vectors (flushing first); `m` and
-// `ef_construction` of 0 keep the current values. Readers move to the new file by themselves.
+// `ef_construction` of 0 keep the current values. The rebuilt graph is linked on one thread
+// per CPU. Readers move to the new file by themselves.
 //
 // Thread safety: takes the index's write lock; other calls on the same index wait for it.
 //

@@ -436,7 +436,8 @@ pub unsafe extern "C" fn chassis_flush(index: *mut chassis_index) -> chassis_sta
 }
 
 /// Rewrites the index into a new file with only its live vectors (flushing first); `m` and
-/// `ef_construction` of 0 keep the current values. Readers move to the new file by themselves.
+/// `ef_construction` of 0 keep the current values. The rebuilt graph is linked on one thread
+/// per CPU. Readers move to the new file by themselves.
 ///
 /// Thread safety: takes the index's write lock; other calls on the same index wait for it.
 ///
@@ -454,6 +455,7 @@ pub unsafe extern "C" fn chassis_compact(
         write(ix).compact(CompactOptions {
             m: (m != 0).then_some(m),
             ef_construction: (ef_construction != 0).then_some(ef_construction),
+            threads: 0,
         })?;
         Ok(())
     })

@@ -220,6 +220,9 @@ enum Command {
         /// New ef_construction for the rebuilt graph (default: keep).
         #[arg(long)]
         ef_construction: Option<usize>,
+        /// Threads linking the rebuilt graph (0: every core; 1: the same graph every run).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
     },
     /// Convert an index from another library into a new Chassis file.
     #[command(
@@ -372,15 +375,21 @@ fn run(cli: Cli) -> Result<()> {
             path,
             m,
             ef_construction,
+            threads,
         } => {
             let mut index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
             let bar = progress(index.len() as u64, "compacting");
             let t = Instant::now();
             let r = index
-                .compact_with_progress(chassis::CompactOptions { m, ef_construction }, |done, _| {
-                    bar.set_position(done as u64)
-                })
+                .compact_with_progress(
+                    chassis::CompactOptions {
+                        m,
+                        ef_construction,
+                        threads,
+                    },
+                    |done, _| bar.set_position(done as u64),
+                )
                 .context("compaction failed; the index at the path is unchanged")?;
             bar.finish_and_clear();
             println!(

@@ -338,7 +338,7 @@ fn compact_and_migrate() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
     drop(w);
-    let out = ok(&["compact", p, "--m", "12"]);
+    let out = ok(&["compact", p, "--m", "12", "--threads", "2"]);
     assert!(out.contains("100 live vectors of 300 slots"), "{out}");
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", p, "--json"])).unwrap();
     assert_eq!(

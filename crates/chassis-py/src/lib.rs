@@ -341,10 +341,15 @@ impl RawIndex {
         py: Python<'_>,
         m: Option<usize>,
         ef_construction: Option<usize>,
+        threads: usize,
     ) -> PyResult<()> {
         py.allow_threads(|| {
             self.with_writer(|ix| {
-                ix.compact(CompactOptions { m, ef_construction })
+                ix.compact(CompactOptions {
+                    m,
+                    ef_construction,
+                    threads,
+                })
                     .map(|_| ())
             })
         })

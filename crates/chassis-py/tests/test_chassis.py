@@ -84,6 +84,8 @@ def test_deletes_custom_ids_and_context_manager(tmp_path):
     # Compaction keeps every id and can change M.
     ix.compact(M=8)
     assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
+    ix.compact(threads=1)
+    assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
 
 
 def test_bad_input_is_a_clear_error(tmp_path):

@@ -45,6 +45,9 @@ pub struct CompactOptions {
     pub m: Option<usize>,
     /// New ef_construction for the rebuilt graph.
     pub ef_construction: Option<usize>,
+    /// Threads that link the rebuilt graph, as in [`Index::add_batch`] (0, the default: one
+    /// per CPU; 1: the same graph on every run).
+    pub threads: usize,
 }
 
 /// What a compaction did.
@@ -1267,18 +1270,23 @@ impl Index {
         let store = Store::create(storage, &new_file)?;
         let mut new = Index::from_store(store, None, None)?;
         let mut renumbered = false;
-        for &slot in &live {
-            let id = self.id_of(slot)?;
-            let v = self
-                .store
-                .vector(slot)
-                .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?
-                .to_vec();
-            renumbered |= id != u64::from(new.count);
-            new.insert_prepared(id, v)?;
-            if new.count % 1024 == 0 {
-                progress(new.count as usize, live.len());
+        // Batches of live vectors, linked on `options.threads` threads; the copy of one batch
+        // is all the memory the rebuild holds beside the two files.
+        for batch in live.chunks(PARALLEL_CHUNK) {
+            let mut ids = Vec::with_capacity(batch.len());
+            let mut flat = Vec::with_capacity(batch.len() * self.dims());
+            for &slot in batch {
+                let id = self.id_of(slot)?;
+                let v = self
+                    .store
+                    .vector(slot)
+                    .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+                renumbered |= id != u64::from(new.count) + ids.len() as u64;
+                ids.push(id);
+                flat.extend_from_slice(v);
             }
+            new.insert_batch(&ids, flat, options.threads)?;
+            progress(new.count as usize, live.len());
         }
         progress(live.len(), live.len());
         new.next_id = self.next_id;

@@ -66,6 +66,53 @@ fn compact_reclaims_deleted_vectors_and_keeps_every_id() {
     assert_eq!(ix.info().unwrap().m, 12);
 }
 
+/// Fails if a compaction linking on several threads loses vectors, edges or recall against
+/// the same compaction on one thread (which is the same graph on every run).
+#[test]
+fn compact_links_on_several_threads_with_the_recall_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = clustered(4000, 16, 10, 6);
+    let mut recalls = Vec::new();
+    for threads in [1, 2] {
+        let path = dir.path().join(format!("t{threads}.chassis"));
+        let mut ix = Index::create(&path, Options::new(16, Metric::L2Squared).m(12)).unwrap();
+        ix.add_batch(&data.concat(), 1).unwrap();
+        for id in (0..4000).filter(|i| i % 4 == 0) {
+            ix.delete(id).unwrap();
+        }
+        ix.compact(CompactOptions {
+            threads,
+            ..CompactOptions::default()
+        })
+        .unwrap();
+        let check = ix.check(0).unwrap();
+        assert!(check.problems.is_empty(), "{:?}", check.problems);
+        assert_eq!(check.unreachable, 0, "threads {threads}");
+        assert_eq!(ix.len(), 3000);
+        let live: Vec<Vec<f32>> = (0..4000)
+            .map(|i| {
+                if i % 4 == 0 {
+                    vec![1e6; 16]
+                } else {
+                    data[i].clone()
+                }
+            })
+            .collect();
+        let mut found = 0;
+        for q in data.iter().skip(1).step_by(40) {
+            let want = common::brute_force(&live, q, 10, Metric::L2Squared);
+            let got = ix.search(q, 10, 32).unwrap();
+            found += got
+                .iter()
+                .filter(|h| want.contains(&(h.id as usize)))
+                .count();
+        }
+        recalls.push(found as f64 / (100.0 * 10.0));
+    }
+    assert!(recalls[0] >= 0.9, "{recalls:?}");
+    assert!(recalls[1] >= recalls[0] - 0.02, "{recalls:?}");
+}
+
 #[test]
 fn compact_changes_m_and_rebuilds_the_graph() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,6 +122,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
     ix.compact(CompactOptions {
         m: Some(24),
         ef_construction: Some(100),
+        threads: 1,
     })
     .unwrap();
     let info = ix.info().unwrap();
@@ -132,7 +180,7 @@ fn a_reader_finishes_on_the_old_file_and_moves_to_the_new_one() {
     }
     ix.compact(CompactOptions {
         m: Some(16),
-        ef_construction: None,
+        ..CompactOptions::default()
     })
     .unwrap();
     // A search on the snapshot taken before still runs on the old file.

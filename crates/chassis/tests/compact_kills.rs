@@ -45,6 +45,7 @@ fn child(dir: &Path, seed: u64) {
         ix.compact(CompactOptions {
             m: Some(m),
             ef_construction: Some(40),
+            threads: 2,
         })
         .unwrap();
         write_atomic(&dir.join("phase"), "flushing");

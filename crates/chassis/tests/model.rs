@@ -125,6 +125,7 @@ fn run(path: &Path, ops: &[Op]) -> Result<(), TestCaseError> {
                 ix.compact(CompactOptions {
                     m,
                     ef_construction: None,
+                    threads: 1,
                 })
                 .unwrap();
                 flushed = model.clone();

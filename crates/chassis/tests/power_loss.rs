@@ -417,6 +417,7 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
         CompactOptions {
             m: Some(12),
             ef_construction: None,
+            threads: 1,
         },
     );
     let (nix, report) = match compacted {

@@ -81,7 +81,7 @@ fn writer(dir: &Path) {
             let m = if f == FLUSHES - 1 { Some(24) } else { None };
             ix.compact(CompactOptions {
                 m,
-                ef_construction: None,
+                ..CompactOptions::default()
             })
             .unwrap();
             generation += 1;

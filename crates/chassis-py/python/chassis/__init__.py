@@ -247,12 +247,15 @@ class Index:
         """Make every add and delete since the last flush durable, all together."""
         self._raw.flush()
 
-    def compact(self, M: int | None = None, ef_construction: int | None = None) -> None:
+    def compact(
+        self, M: int | None = None, ef_construction: int | None = None, threads: int = 0
+    ) -> None:
         """Rewrite the index into a new file with only its live vectors and a rebuilt graph,
         then rename it over the path: reclaims deleted vectors' space and is the only way to
         change ``M``. Flushes first; every id survives. Needs free space for a second copy.
-        Readers in other processes move to the new file by themselves."""
-        self._raw.compact(M, ef_construction)
+        ``threads`` link the rebuilt graph as in ``add`` (0: one per CPU; 1: the same graph
+        on every run). Readers in other processes move to the new file by themselves."""
+        self._raw.compact(M, ef_construction, threads)
 
     def info(self) -> dict:
         """Counts, parameters and file details as a dict."""
