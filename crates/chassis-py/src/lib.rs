@@ -350,7 +350,7 @@ impl RawIndex {
                     ef_construction,
                     threads,
                 })
-                    .map(|_| ())
+                .map(|_| ())
             })
         })
     }
