@@ -273,7 +273,8 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
         // (the loads overlap instead of each waiting on memory in turn). A list is taken in
         // chunks of BATCH words so the buffer lives on the stack.
         for words in list.chunks(BATCH) {
-            let mut pending: [(u32, &[f32]); BATCH] = [(0, &[]); BATCH];
+            let mut slots = [0u32; BATCH];
+            let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
             let mut len = 0;
             for w in words {
                 let n = w.load(Ordering::Relaxed);
@@ -282,18 +283,15 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
                 }
                 if let Some(v) = store.vector(n) {
                     prefetch(v.as_ptr(), VECTOR_PREFETCH_LINES.min(v.len().div_ceil(16)));
-                    pending[len] = (n, v);
+                    slots[len] = n;
+                    vectors[len] = v;
                     len += 1;
                 }
             }
-            let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
-            for (slot, &(_, v)) in vectors.iter_mut().zip(&pending[..len]) {
-                *slot = v;
-            }
             let mut distances = [0f32; BATCH];
             dist.eval_many(q, &vectors[..len], &mut distances);
-            for (&(n, _), &d) in pending[..len].iter().zip(&distances) {
-                scratch.distance_count += 1;
+            scratch.distance_count += len as u64;
+            for (&n, &d) in slots[..len].iter().zip(&distances) {
                 if scratch.results.len() < ef || d < bound {
                     let s = Scored {
                         distance: d,
