@@ -199,20 +199,35 @@ pub fn greedy_descent<S: GraphStore>(
         loop {
             let mut changed = false;
             if let Some(list) = store.upper(cur.slot, layer) {
-                for w in list {
-                    let n = w.load(Ordering::Relaxed);
-                    if n >= r {
-                        continue;
+                // As in search_layer: prefetch the whole list's vectors, then score them
+                // together; the scan order (and so the tie-breaking) is the list's.
+                for words in list.chunks(BATCH) {
+                    let mut slots = [0u32; BATCH];
+                    let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
+                    let mut len = 0;
+                    for w in words {
+                        let n = w.load(Ordering::Relaxed);
+                        if n >= r {
+                            continue;
+                        }
+                        if let Some(v) = store.vector(n) {
+                            prefetch(v.as_ptr(), VECTOR_PREFETCH_LINES.min(v.len().div_ceil(16)));
+                            slots[len] = n;
+                            vectors[len] = v;
+                            len += 1;
+                        }
                     }
-                    let Some(v) = store.vector(n) else { continue };
-                    scratch.distance_count += 1;
-                    let d = dist.eval(q, v);
-                    if d < cur.distance {
-                        cur = Scored {
-                            distance: d,
-                            slot: n,
-                        };
-                        changed = true;
+                    let mut distances = [0f32; BATCH];
+                    dist.eval_many(q, &vectors[..len], &mut distances);
+                    scratch.distance_count += len as u64;
+                    for (&n, &d) in slots[..len].iter().zip(&distances) {
+                        if d < cur.distance {
+                            cur = Scored {
+                                distance: d,
+                                slot: n,
+                            };
+                            changed = true;
+                        }
                     }
                 }
             }
