@@ -59,6 +59,7 @@ fn main() -> chassis::Result<()> {
             ef_construction: 100,
             seed: 1,
             geometry: Geometry::for_layout(dims, m, max_layers),
+            layout: chassis::VectorLayout::default(),
         };
         let mut store = Store::create(storage, &new)?;
         for slot in 0..slots {

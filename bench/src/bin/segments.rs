@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use chassis::graph::{self, Distance, GraphStore, Scratch};
+use chassis::graph::{self, Distance, GraphStore, Scratch, VectorRef};
 use chassis::{Index, IndexReader, Metric, Options};
 use chassis_bench::{pypi_minilm, read_fvecs};
 
@@ -33,7 +33,11 @@ struct Flat {
     dims: usize,
     m0: usize,
     routing: u32,
+    /// The vectors in the file's layout: f32 values, or split halves (2 · dims per slot).
     vectors: Vec<f32>,
+    halves: Vec<u16>,
+    /// The file's split vectors are walked exactly.
+    exact: bool,
     level0: Vec<AtomicU32>,
     upper: Vec<Vec<Vec<AtomicU32>>>,
 }
@@ -44,9 +48,19 @@ impl GraphStore for Flat {
         self.routing
     }
     #[inline]
-    fn vector(&self, slot: u32) -> Option<&[f32]> {
-        let at = slot as usize * self.dims;
-        self.vectors.get(at..at + self.dims)
+    fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        if self.halves.is_empty() {
+            let at = slot as usize * self.dims;
+            self.vectors.get(at..at + self.dims).map(VectorRef::F32)
+        } else {
+            let at = slot as usize * 2 * self.dims;
+            let h = self.halves.get(at..at + 2 * self.dims)?;
+            Some(if self.exact {
+                VectorRef::SplitExact(h)
+            } else {
+                VectorRef::Split(h)
+            })
+        }
     }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
@@ -87,17 +101,32 @@ fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
         dims,
         m0: 2 * m,
         routing: n,
-        vectors: Vec::with_capacity(n as usize * dims),
+        vectors: Vec::new(),
+        halves: Vec::new(),
+        exact: false,
         level0: Vec::with_capacity(n as usize * 2 * m),
         upper: Vec::with_capacity(n as usize),
     };
+    let split = matches!(
+        g.vector(0),
+        Some(VectorRef::Split(_) | VectorRef::SplitExact(_))
+    );
+    f.exact = matches!(g.vector(0), Some(VectorRef::SplitExact(_)));
+    if split {
+        f.halves.reserve(n as usize * 2 * dims);
+    } else {
+        f.vectors.reserve(n as usize * dims);
+    }
     if huge {
         advise_huge(&f.vectors);
+        advise_huge(&f.halves);
         advise_huge(&f.level0);
     }
     for s in 0..n {
-        f.vectors
-            .extend_from_slice(g.vector(s).expect("a committed vector"));
+        match g.vector(s).expect("a committed vector") {
+            VectorRef::F32(v) => f.vectors.extend_from_slice(v),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => f.halves.extend_from_slice(h),
+        }
         let l0 = g.level0(s).expect("a committed record");
         f.level0
             .extend(l0.iter().map(|w| AtomicU32::new(w.load(Ordering::Relaxed))));

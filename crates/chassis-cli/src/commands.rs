@@ -316,8 +316,14 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
     };
     println!("file:          {}", path.display());
     println!(
-        "format:        read version {}, write version {}",
-        i.versions.0, i.versions.1
+        "format:        read version {}, write version {}; vectors {}",
+        i.versions.0,
+        i.versions.1,
+        match (i.vector_layout, i.exact_walk) {
+            (chassis::VectorLayout::F32, _) => "f32 (format 3)",
+            (_, false) => "split halves (format 4), walked by high halves",
+            (_, true) => "split halves (format 4), walked exactly (inner product, or data too fine for halves)",
+        }
     );
     println!(
         "header:        sequence {} in copy {}; A: {}; B: {}",

@@ -39,6 +39,7 @@ pub mod storage;
 
 pub use error::{Error, Result};
 pub use format::geometry::Geometry;
+pub use format::vector::VectorLayout;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{
     compacting_path, migrating_path, CheckReport, CompactOptions, CompactReport, Index, Info,

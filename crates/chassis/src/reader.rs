@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
+use crate::format::vector::{VectorLayout, VectorRef};
 use crate::format::{self, align_region, live, record, table, DATA_START};
 use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
 use crate::index::{metric_from_code, prepare_vector, IdHashBuilder, Neighbor};
@@ -127,6 +128,8 @@ struct ReaderFile {
     meta: Region,
     m: u32,
     geometry: Geometry,
+    /// How the file stores vectors (fixed for its life; a replacing file may differ).
+    layout: VectorLayout,
     record_bytes: u64,
     ef_construction: u32,
     /// Which file on disk (None for storage without a path).
@@ -168,6 +171,7 @@ impl ReaderFile {
                 meta,
                 m: first.m,
                 geometry: first.geometry,
+                layout: first.layout(),
                 record_bytes: record::level0_record_bytes(first.m),
                 ef_construction: first.ef_construction,
                 identity,
@@ -335,14 +339,26 @@ impl GraphStore for View<'_> {
         self.routing
     }
     #[inline]
-    fn vector(&self, slot: u32) -> Option<&[f32]> {
+    fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
         let d = u64::from(self.reader.dims);
+        let at = layout.vectors_at + off * 4 * d;
         // Committed vectors never change. A vector at or past N may be rewritten by a
         // restarted writer while a search reads it: a hint that costs routing, never results.
-        region
-            .f32s(layout.vectors_at + off * 4 * d, self.reader.dims as usize)
-            .ok()
+        match self.snap.file.layout {
+            VectorLayout::F32 => region
+                .f32s(at, self.reader.dims as usize)
+                .ok()
+                .map(VectorRef::F32),
+            VectorLayout::SplitHalves => {
+                let h = region.u16s(at, 2 * self.reader.dims as usize).ok()?;
+                Some(if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {
+                    VectorRef::SplitExact(h)
+                } else {
+                    VectorRef::Split(h)
+                })
+            }
+        }
     }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
@@ -567,9 +583,13 @@ impl IndexReader {
     }
 
     fn check_same_index(&self, file: &ReaderFile, h: &Header) -> Result<()> {
-        if h.dims != self.dims || h.m != file.m || h.geometry != file.geometry {
+        if h.dims != self.dims
+            || h.m != file.m
+            || h.geometry != file.geometry
+            || h.layout() != file.layout
+        {
             return Err(Error::corrupt(
-                "the header's dimensions, M or geometry changed under a reader",
+                "the header's dimensions, M, geometry or vector layout changed under a reader",
                 0,
             ));
         }
@@ -897,11 +917,12 @@ impl IndexReader {
 
     fn brute_force(&self, view: &View<'_>, q: &[f32], k: usize) -> Vec<Scored> {
         let n = view.snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
+        let mut buf = Vec::new();
         let mut all: Vec<Scored> = (0..n)
             .filter(|&s| view.live(s))
             .filter_map(|s| {
                 view.vector(s).map(|v| Scored {
-                    distance: self.dist.eval(q, v),
+                    distance: self.dist.exact(q, v, &mut buf),
                     slot: s,
                 })
             })
@@ -968,7 +989,7 @@ impl IndexReader {
         let slot = self.lookup(&snap, id)?.ok_or(Error::NotFound { id })?;
         View::new(self, &snap)
             .vector(slot)
-            .map(<[f32]>::to_vec)
+            .map(|v| v.to_vec())
             .ok_or_else(|| Error::corrupt("vector unreadable", 0))
     }
 

@@ -205,15 +205,15 @@ fn a_newer_read_version_is_too_new_even_with_a_bad_checksum() {
     let path = dir.path().join("v.chassis");
     make(&path, Metric::L2Squared);
     let mut b = fs::read(&path).unwrap();
-    b[at::READ_VERSION..at::READ_VERSION + 4].copy_from_slice(&4u32.to_le_bytes());
+    b[at::READ_VERSION..at::READ_VERSION + 4].copy_from_slice(&5u32.to_le_bytes());
     fs::write(&path, &b).unwrap();
     assert!(matches!(
         Index::open(&path),
-        Err(Error::TooNew { read_version: 4 })
+        Err(Error::TooNew { read_version: 5 })
     ));
     assert!(matches!(
         Index::open_read_only(&path),
-        Err(Error::TooNew { read_version: 4 })
+        Err(Error::TooNew { read_version: 5 })
     ));
     assert_eq!(fs::read(&path).unwrap(), b);
 }
@@ -224,10 +224,10 @@ fn a_newer_write_version_opens_read_only() {
     let path = dir.path().join("w.chassis");
     let data = make(&path, Metric::L2Squared);
     let mut b = fs::read(&path).unwrap();
-    // Rewrite both copies with write version 4 and a fresh checksum.
+    // Rewrite both copies with write version 5 and a fresh checksum.
     for base in [0usize, 65_536] {
         b[base + at::WRITE_VERSION..base + at::WRITE_VERSION + 4]
-            .copy_from_slice(&4u32.to_le_bytes());
+            .copy_from_slice(&5u32.to_le_bytes());
         let len = u32::from_le_bytes(b[base + 16..base + 20].try_into().unwrap()) as usize;
         let sum = chassis::format::header::checksum(&b[base..base + len]);
         b[base + at::CHECKSUM..base + at::CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());

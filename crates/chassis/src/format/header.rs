@@ -52,7 +52,8 @@ pub mod at {
     pub const TABLE_PAGE_COUNT: usize = 152;
     pub const EF_CONSTRUCTION: usize = 156;
     pub const SEED: usize = 160;
-    pub const RESERVED: usize = 168;
+    pub const VECTOR_LAYOUT: usize = 168;
+    pub const RESERVED: usize = 172;
     pub const SEQUENCE: usize = 224;
     pub const CHECKSUM: usize = 232;
     pub const TABLE_PAGE_OFFSETS: usize = 240;
@@ -94,7 +95,8 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("table_page_count", at::TABLE_PAGE_COUNT, 4),
     ("ef_construction", at::EF_CONSTRUCTION, 4),
     ("seed", at::SEED, 8),
-    ("reserved", at::RESERVED, 56),
+    ("vector_layout", at::VECTOR_LAYOUT, 4),
+    ("reserved", at::RESERVED, 52),
     ("sequence", at::SEQUENCE, 8),
     ("checksum", at::CHECKSUM, 8),
 ];
@@ -103,8 +105,11 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
 pub const FLAG_CUSTOM_IDS: u32 = 1;
 /// Flag bit: this file has been replaced by another at the same path (decision 8).
 pub const FLAG_SUPERSEDED: u32 = 2;
+/// Flag bit (format 4): searches walk this file's split vectors by exact distances, because
+/// its data is too fine for their high halves (set once by the writer, never cleared).
+pub const FLAG_EXACT_WALK: u32 = 4;
 /// Flag bits this release knows.
-pub const KNOWN_FLAGS: u32 = FLAG_CUSTOM_IDS | FLAG_SUPERSEDED;
+pub const KNOWN_FLAGS: u32 = FLAG_CUSTOM_IDS | FLAG_SUPERSEDED | FLAG_EXACT_WALK;
 
 /// Metric code: squared Euclidean distance.
 pub const METRIC_L2_SQUARED: u32 = 0;
@@ -171,6 +176,8 @@ pub struct Header {
     pub ef_construction: u32,
     /// Seed of the level generator.
     pub seed: u64,
+    /// How vectors are stored ([`super::vector::VectorLayout`] code; 0 in format 3).
+    pub vector_layout: u32,
     /// Sequence number: the valid copy with the higher one is current.
     pub sequence: u64,
     /// File offsets of the table pages, in the order they were appended.
@@ -178,6 +185,11 @@ pub struct Header {
 }
 
 impl Header {
+    /// How this file stores vectors (decoding checked the code).
+    pub fn layout(&self) -> super::vector::VectorLayout {
+        super::vector::VectorLayout::from_code(self.vector_layout).unwrap_or_default()
+    }
+
     /// Bytes the checksum covers when this header is encoded.
     pub fn encoded_len(&self) -> usize {
         FIXED_BYTES + 8 * self.table_pages.len()
@@ -231,6 +243,7 @@ impl Header {
         put_u32(&mut b, at::TABLE_PAGE_COUNT, self.table_pages.len() as u32);
         put_u32(&mut b, at::EF_CONSTRUCTION, self.ef_construction);
         put_u64(&mut b, at::SEED, self.seed);
+        put_u32(&mut b, at::VECTOR_LAYOUT, self.vector_layout);
         put_u64(&mut b, at::SEQUENCE, self.sequence);
         for (i, off) in self.table_pages.iter().enumerate() {
             put_u64(&mut b, at::TABLE_PAGE_OFFSETS + 8 * i, *off);
@@ -308,6 +321,7 @@ impl Header {
             metadata_heap_next: u64_at(b, at::METADATA_HEAP_NEXT),
             ef_construction: u32_at(b, at::EF_CONSTRUCTION),
             seed: u64_at(b, at::SEED),
+            vector_layout: u32_at(b, at::VECTOR_LAYOUT),
             sequence: u64_at(b, at::SEQUENCE),
             table_pages,
         };
@@ -330,6 +344,27 @@ impl Header {
         }
         if self.m0 != 2 * self.m {
             return bad(format!("M0 {} is not 2M", self.m0), at::M0);
+        }
+        match super::vector::VectorLayout::from_code(self.vector_layout) {
+            None => {
+                return bad(
+                    format!("unknown vector layout {}", self.vector_layout),
+                    at::VECTOR_LAYOUT,
+                )
+            }
+            // A release that reads only format 3 would take split halves for f32 values.
+            Some(layout) if self.read_version < layout.read_version() => {
+                return bad(
+                    format!(
+                        "vector layout {} needs read version {}, the file says {}",
+                        self.vector_layout,
+                        layout.read_version(),
+                        self.read_version
+                    ),
+                    at::VECTOR_LAYOUT,
+                )
+            }
+            Some(_) => {}
         }
         if self.max_layers == 0 || self.max_layers > MAX_LAYERS_LIMIT {
             return bad(
@@ -487,6 +522,7 @@ pub(crate) mod tests {
             metadata_heap_next: 0,
             ef_construction: 200,
             seed: 42,
+            vector_layout: super::super::vector::LAYOUT_SPLIT_HALVES,
             sequence: 9,
             table_pages: vec![196_608, 327_680],
         }
@@ -498,8 +534,9 @@ pub(crate) mod tests {
         let b = h.encode();
         assert_eq!(b.len(), FIXED_BYTES + 16);
         assert_eq!(&b[..8], b"CHASSIS\0");
-        assert_eq!(u32_at(&b, 8), 3);
-        assert_eq!(u32_at(&b, 12), 3);
+        assert_eq!(u32_at(&b, 8), 4);
+        assert_eq!(u32_at(&b, 12), 4);
+        assert_eq!(u32_at(&b, 168), 1, "vector layout: split halves");
         assert_eq!(Header::decode(&b, 0).unwrap(), h);
     }
 
@@ -521,11 +558,29 @@ pub(crate) mod tests {
     #[test]
     fn newer_read_version_is_too_new_before_the_checksum() {
         let mut b = sample().encode();
-        put_u32(&mut b, at::READ_VERSION, 4);
+        put_u32(&mut b, at::READ_VERSION, 5);
         // The checksum no longer matches, yet the answer is TooNew, not Corrupt.
         assert!(matches!(
             Header::decode(&b, 0),
-            Err(Error::TooNew { read_version: 4 })
+            Err(Error::TooNew { read_version: 5 })
+        ));
+    }
+
+    #[test]
+    fn the_split_layout_needs_read_version_4_and_unknown_layouts_are_corrupt() {
+        let mut h = sample();
+        h.read_version = 3;
+        assert!(matches!(
+            Header::decode(&h.encode(), 0),
+            Err(Error::Corrupt { .. })
+        ));
+        h.vector_layout = super::super::vector::LAYOUT_F32;
+        assert_eq!(Header::decode(&h.encode(), 0).ok(), Some(h.clone()));
+        h.read_version = 4;
+        h.vector_layout = 2;
+        assert!(matches!(
+            Header::decode(&h.encode(), 0),
+            Err(Error::Corrupt { .. })
         ));
     }
 

@@ -1,4 +1,5 @@
-//! Format 3, byte for byte: pure functions over bytes, no I/O.
+//! Formats 3 and 4, byte for byte: pure functions over bytes, no I/O. Format 4 is format 3
+//! with the `vector_layout` header field and the split-halves vector layout ([`vector`]).
 //!
 //! This module owns every on-disk layout: the header copies and their checksum
 //! ([`header`], ADR-0008 decisions 4 and 7), segment geometry and slot addressing
@@ -16,13 +17,17 @@ pub mod hnswlib;
 pub mod live;
 pub mod record;
 pub mod table;
+pub mod vector;
 
 /// Bytes 0–7 of both header copies, forever (decision 7).
 pub const MAGIC: [u8; 8] = *b"CHASSIS\0";
-/// The read version this release writes and the newest it can read (decision 7).
-pub const READ_VERSION: u32 = 3;
-/// The write version this release writes and the newest it may modify (decision 7).
-pub const WRITE_VERSION: u32 = 3;
+/// The newest read version this release can read (decision 7). New files get the read
+/// version their vector layout needs ([`vector::VectorLayout::read_version`]): 4 for the
+/// default split halves, 3 for f32.
+pub const READ_VERSION: u32 = 4;
+/// The newest write version this release may modify (decision 7); new files get their
+/// layout's read version here too.
+pub const WRITE_VERSION: u32 = 4;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple
 /// of every supported page size (decision 1).

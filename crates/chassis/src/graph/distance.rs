@@ -7,8 +7,16 @@
 //! Kernels: AVX-512F, AVX2 + FMA, and a portable fallback written to auto-vectorise. The level
 //! is detected once ([`SimdLevel::detect`]); `tests` compare every kernel with a scalar
 //! reference on every length from 0 to 300.
+//!
+//! Stored vectors come as [`VectorRef`]s in their file's layout. A search walks the graph by
+//! [`Distance::walk`]: the exact distance for f32 vectors, and for vectors split in halves the
+//! distance to their high halves (each value truncated to bfloat16, half the bytes read), then
+//! ranks what it returns by [`Distance::exact`].
 
 use std::sync::OnceLock;
+
+use crate::format::vector::high_value;
+pub use crate::format::vector::VectorRef;
 
 /// The distance a file uses, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,6 +156,11 @@ pub const BATCH_MIN_DIMS: usize = 256;
 
 type BatchKernel = fn(&[f32], [&[f32]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
 
+/// A kernel from an f32 query to the high halves of a split vector (at least as long).
+type HalvesKernel = fn(&[f32], &[u16]) -> f32;
+
+type HalvesBatchKernel = fn(&[f32], [&[u16]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
+
 /// A metric bound to a kernel: the one function the graph calls for every distance.
 #[derive(Clone, Copy)]
 pub struct Distance {
@@ -156,6 +169,8 @@ pub struct Distance {
     kernel: Kernel,
     /// None where scoring one vector at a time is as good (the portable level).
     batch: Option<BatchKernel>,
+    halves: HalvesKernel,
+    halves_batch: Option<HalvesBatchKernel>,
 }
 
 impl std::fmt::Debug for Distance {
@@ -207,11 +222,36 @@ impl Distance {
             (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_batch_avx512),
             _ => None,
         };
+        let halves: HalvesKernel = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma) => x86::l2sq_halves_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma) => x86::one_minus_dot_halves_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx512) => x86::l2sq_halves_avx512,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx512) => x86::one_minus_dot_halves_avx512,
+            (Metric::L2Squared, _) => portable::l2sq_halves,
+            (_, _) => portable::one_minus_dot_halves,
+        };
+        let halves_batch: Option<HalvesBatchKernel> = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma) => Some(x86::l2sq_halves_batch_avx2),
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma) => Some(x86::one_minus_dot_halves_batch_avx2),
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx512) => Some(x86::l2sq_halves_batch_avx512),
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_halves_batch_avx512),
+            _ => None,
+        };
         Distance {
             metric,
             level,
             kernel,
             batch,
+            halves,
+            halves_batch,
         }
     }
 
@@ -260,6 +300,91 @@ impl Distance {
             o.copy_from_slice(&batch(a, padded)[..group.len()]);
         }
     }
+}
+
+impl Distance {
+    /// The distance a search walks the graph by, from `q` to the stored `v`: exact for an f32
+    /// vector; for a split one, the distance to its high halves (each value within 2⁻⁸ of
+    /// itself, relatively), which reads half the bytes; exact again (both halves joined) in a
+    /// file whose data is too fine for that ([`VectorRef::SplitExact`]).
+    #[inline]
+    pub fn walk(&self, q: &[f32], v: VectorRef<'_>) -> f32 {
+        match v {
+            VectorRef::F32(b) => (self.kernel)(q, b),
+            VectorRef::Split(h) => (self.halves)(q, &h[..h.len() / 2]),
+            VectorRef::SplitExact(_) => JOINED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(v.dims(), 0.0);
+                v.decode_into(&mut buf);
+                (self.kernel)(q, &buf)
+            }),
+        }
+    }
+
+    /// [`Distance::walk`] to each of `vs`, into `out[..vs.len()]`, [`BATCH_WIDTH`] vectors side
+    /// by side where that pays (as [`Distance::eval_many`]).
+    pub fn walk_many(&self, q: &[f32], vs: &[VectorRef<'_>], out: &mut [f32]) {
+        let out = &mut out[..vs.len()];
+        let batched = q.len() >= BATCH_MIN_DIMS && vs.len() > 1;
+        for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
+            if batched && group.len() > 1 {
+                if let (Some(batch), Some(g)) = (self.batch, f32_group(q.len(), group)) {
+                    o.copy_from_slice(&batch(q, g)[..group.len()]);
+                    continue;
+                }
+                if let (Some(batch), Some(g)) = (self.halves_batch, halves_group(q.len(), group)) {
+                    o.copy_from_slice(&batch(q, g)[..group.len()]);
+                    continue;
+                }
+            }
+            for (o, v) in o.iter_mut().zip(group) {
+                *o = self.walk(q, *v);
+            }
+        }
+    }
+
+    /// The exact distance from `q` to the stored `v` (a split vector is joined into `buf`
+    /// first; an f32 one is read in place).
+    pub fn exact(&self, q: &[f32], v: VectorRef<'_>, buf: &mut Vec<f32>) -> f32 {
+        match v {
+            VectorRef::F32(b) => (self.kernel)(q, b),
+            VectorRef::Split(_) | VectorRef::SplitExact(_) => {
+                buf.resize(v.dims(), 0.0);
+                v.decode_into(buf);
+                (self.kernel)(q, buf)
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// A split vector joined for [`Distance::walk`] in a file walked exactly.
+    static JOINED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `group` as f32 slices at least `n` long, padded with its last one; `None` if any is not.
+fn f32_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [f32]; BATCH_WIDTH]> {
+    let mut out: [&[f32]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
+    for (j, o) in out.iter_mut().enumerate() {
+        match group.get(j).or(group.last()) {
+            Some(VectorRef::F32(b)) if b.len() >= n => *o = b,
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// `group` as high-half slices at least `n` long, padded with its last one; `None` if any is
+/// not split or too short.
+fn halves_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BATCH_WIDTH]> {
+    let mut out: [&[u16]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
+    for (j, o) in out.iter_mut().enumerate() {
+        match group.get(j).or(group.last()) {
+            Some(VectorRef::Split(h)) if h.len() / 2 >= n => *o = &h[..h.len() / 2],
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 /// Scalar reference implementations (also used by brute-force checks).
@@ -318,6 +443,46 @@ mod portable {
 
     pub(super) fn one_minus_dot(a: &[f32], b: &[f32]) -> f32 {
         1.0 - dot(a, b)
+    }
+
+    /// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over high halves `h`, in LANES partial sums.
+    fn halves<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+        let n = a.len().min(h.len());
+        let (a, h) = (&a[..n], &h[..n]);
+        let mut acc = [0f32; LANES];
+        let chunks = n / LANES;
+        for c in 0..chunks {
+            let (x, y) = (
+                &a[c * LANES..c * LANES + LANES],
+                &h[c * LANES..c * LANES + LANES],
+            );
+            for i in 0..LANES {
+                let y = super::high_value(y[i]);
+                acc[i] += if L2 {
+                    (x[i] - y) * (x[i] - y)
+                } else {
+                    x[i] * y
+                };
+            }
+        }
+        let mut s: f32 = acc.iter().sum();
+        for i in chunks * LANES..n {
+            let y = super::high_value(h[i]);
+            s += if L2 {
+                (a[i] - y) * (a[i] - y)
+            } else {
+                a[i] * y
+            };
+        }
+        s
+    }
+
+    pub(super) fn one_minus_dot_halves(a: &[f32], h: &[u16]) -> f32 {
+        1.0 - halves::<false>(a, h)
+    }
+
+    pub(super) fn l2sq_halves(a: &[f32], h: &[u16]) -> f32 {
+        halves::<true>(a, h)
     }
 
     pub(super) fn l2sq(a: &[f32], b: &[f32]) -> f32 {
@@ -533,6 +698,218 @@ mod x86 {
         out
     }
 
+    /// Eight high halves at `p` as the f32 values they stand for (low bits zero).
+    #[target_feature(enable = "avx2,fma")]
+    fn widen256(h: __m128i) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    /// Sixteen high halves as the f32 values they stand for (low bits zero).
+    #[target_feature(enable = "avx512f")]
+    fn widen512(h: __m256i) -> __m512 {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    }
+
+    /// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the high halves `h` (at least `a.len()` of them).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn halves_avx512<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+        let n = a.len().min(h.len());
+        let (pa, ph) = (a.as_ptr(), h.as_ptr());
+        let mut acc = [_mm512_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: the loop condition keeps these 16-element loads inside both slices.
+            let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
+            // SAFETY: as above (16 u16 = 32 bytes).
+            let y = widen512(unsafe { _mm256_loadu_si256(ph.add(i).cast()) });
+            let k = (i / 16) % 2;
+            acc[k] = if L2 {
+                let d = _mm512_sub_ps(x, y);
+                _mm512_fmadd_ps(d, d, acc[k])
+            } else {
+                _mm512_fmadd_ps(x, y, acc[k])
+            };
+            i += 16;
+        }
+        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+        while i < n {
+            let (x, y) = (a[i], super::high_value(h[i]));
+            s += if L2 { (x - y) * (x - y) } else { x * y };
+            i += 1;
+        }
+        s
+    }
+
+    /// As `halves_avx512`, with 256-bit vectors.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn halves_avx2<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+        let n = a.len().min(h.len());
+        let (pa, ph) = (a.as_ptr(), h.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: the loop condition keeps these 8-element loads inside both slices.
+            let x = unsafe { _mm256_loadu_ps(pa.add(i)) };
+            // SAFETY: as above (8 u16 = 16 bytes).
+            let y = widen256(unsafe { _mm_loadu_si128(ph.add(i).cast()) });
+            let k = (i / 8) % 2;
+            acc[k] = if L2 {
+                let d = _mm256_sub_ps(x, y);
+                _mm256_fmadd_ps(d, d, acc[k])
+            } else {
+                _mm256_fmadd_ps(x, y, acc[k])
+            };
+            i += 8;
+        }
+        let mut s = hsum256(_mm256_add_ps(acc[0], acc[1]));
+        while i < n {
+            let (x, y) = (a[i], super::high_value(h[i]));
+            s += if L2 { (x - y) * (x - y) } else { x * y };
+            i += 1;
+        }
+        s
+    }
+
+    /// As `batch_avx512`, over the high halves of [`BATCH_WIDTH`] split vectors: one load of
+    /// `a` feeds eight accumulators, and each vector's halves are widened as they stream in.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, and every `h[j]` must be at least `a.len()` long.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn halves_batch_avx512<const L2: bool>(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        let n = a.len();
+        let pa = a.as_ptr();
+        let ph = h.map(<[u16]>::as_ptr);
+        let mut acc = [_mm512_setzero_ps(); BATCH_WIDTH];
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: the loop condition keeps this load inside `a`.
+            let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
+            for (acc, &p) in acc.iter_mut().zip(&ph) {
+                // SAFETY: each h[j] is at least n long (the caller's contract).
+                let y = widen512(unsafe { _mm256_loadu_si256(p.add(i).cast()) });
+                *acc = if L2 {
+                    let d = _mm512_sub_ps(x, y);
+                    _mm512_fmadd_ps(d, d, *acc)
+                } else {
+                    _mm512_fmadd_ps(x, y, *acc)
+                };
+            }
+            i += 16;
+        }
+        let mut out = acc.map(|v| _mm512_reduce_add_ps(v));
+        for (o, v) in out.iter_mut().zip(h) {
+            for k in i..n {
+                let (x, y) = (a[k], super::high_value(v[k]));
+                *o += if L2 { (x - y) * (x - y) } else { x * y };
+            }
+        }
+        out
+    }
+
+    /// As `halves_batch_avx512`, with 256-bit vectors.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA, and every `h[j]` must be at least `a.len()` long.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn halves_batch_avx2<const L2: bool>(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        let n = a.len();
+        let pa = a.as_ptr();
+        let ph = h.map(<[u16]>::as_ptr);
+        let mut acc = [_mm256_setzero_ps(); BATCH_WIDTH];
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: the loop condition keeps this load inside `a`.
+            let x = unsafe { _mm256_loadu_ps(pa.add(i)) };
+            for (acc, &p) in acc.iter_mut().zip(&ph) {
+                // SAFETY: each h[j] is at least n long (the caller's contract).
+                let y = widen256(unsafe { _mm_loadu_si128(p.add(i).cast()) });
+                *acc = if L2 {
+                    let d = _mm256_sub_ps(x, y);
+                    _mm256_fmadd_ps(d, d, *acc)
+                } else {
+                    _mm256_fmadd_ps(x, y, *acc)
+                };
+            }
+            i += 8;
+        }
+        let mut out = acc.map(|v| hsum256(v));
+        for (o, v) in out.iter_mut().zip(h) {
+            for k in i..n {
+                let (x, y) = (a[k], super::high_value(v[k]));
+                *o += if L2 { (x - y) * (x - y) } else { x * y };
+            }
+        }
+        out
+    }
+
+    // The halves wrappers are installed only by `with_level` after runtime detection, and
+    // `Distance::walk_many` checks every batch length first.
+
+    pub(super) fn l2sq_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
+        // SAFETY: AVX-512F was detected.
+        unsafe { halves_avx512::<true>(a, h) }
+    }
+
+    pub(super) fn one_minus_dot_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
+        // SAFETY: AVX-512F was detected.
+        1.0 - unsafe { halves_avx512::<false>(a, h) }
+    }
+
+    pub(super) fn l2sq_halves_avx2(a: &[f32], h: &[u16]) -> f32 {
+        // SAFETY: AVX2 + FMA were detected.
+        unsafe { halves_avx2::<true>(a, h) }
+    }
+
+    pub(super) fn one_minus_dot_halves_avx2(a: &[f32], h: &[u16]) -> f32 {
+        // SAFETY: AVX2 + FMA were detected.
+        1.0 - unsafe { halves_avx2::<false>(a, h) }
+    }
+
+    pub(super) fn l2sq_halves_batch_avx512(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
+        unsafe { halves_batch_avx512::<true>(a, h) }
+    }
+
+    pub(super) fn one_minus_dot_halves_batch_avx512(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
+        unsafe { halves_batch_avx512::<false>(a, h) }.map(|d| 1.0 - d)
+    }
+
+    pub(super) fn l2sq_halves_batch_avx2(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        // SAFETY: AVX2 + FMA were detected; `walk_many` checked the lengths.
+        unsafe { halves_batch_avx2::<true>(a, h) }
+    }
+
+    pub(super) fn one_minus_dot_halves_batch_avx2(
+        a: &[f32],
+        h: [&[u16]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        // SAFETY: AVX2 + FMA were detected; `walk_many` checked the lengths.
+        unsafe { halves_batch_avx2::<false>(a, h) }.map(|d| 1.0 - d)
+    }
+
     // The batch wrappers, like the single ones below, are installed only by `with_level`
     // after runtime detection, and `Distance::eval_many` checks every length first.
 
@@ -657,6 +1034,50 @@ mod tests {
                             );
                         }
                         assert!(out[count].is_nan(), "wrote past the batch");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `v` stored split in halves: the high halves, then the low ones.
+    fn split(v: &[f32]) -> Vec<u16> {
+        let mut h: Vec<u16> = v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+        h.extend(v.iter().map(|x| x.to_bits() as u16));
+        h
+    }
+
+    #[test]
+    fn walking_split_vectors_scores_their_high_halves_and_exact_joins_them() {
+        for metric in [Metric::L2Squared, Metric::Cosine, Metric::InnerProduct] {
+            for level in SimdLevel::available() {
+                let d = Distance::with_level(metric, level);
+                for n in (0..40).chain([255, 256, 257, 300, 384, 1536]) {
+                    let a = data(n, 3);
+                    let vs: Vec<Vec<f32>> = (0..11).map(|j| data(n, 200 + j)).collect();
+                    let halves: Vec<Vec<u16>> = vs.iter().map(|v| split(v)).collect();
+                    let refs: Vec<VectorRef> = halves.iter().map(|h| VectorRef::Split(h)).collect();
+                    let mut out = vec![f32::NAN; refs.len() + 1];
+                    d.walk_many(&a, &refs, &mut out);
+                    assert!(out[refs.len()].is_nan(), "wrote past the batch");
+                    let mut buf = Vec::new();
+                    for (j, (v, r)) in vs.iter().zip(&refs).enumerate() {
+                        let truncated: Vec<f32> = v
+                            .iter()
+                            .map(|x| f32::from_bits(x.to_bits() & 0xFFFF_0000))
+                            .collect();
+                        let want = reference::distance(metric, &a, &truncated);
+                        let tol = 1e-4 * want.abs().max(1.0) * (n as f32).sqrt().max(1.0);
+                        let one = d.walk(&a, *r);
+                        assert!(
+                            (one - want).abs() <= tol && (out[j] - want).abs() <= tol,
+                            "{metric:?} {level:?} n={n} j={j}: {one} / {} vs {want}",
+                            out[j]
+                        );
+                        let exact = reference::distance(metric, &a, v);
+                        let got = d.exact(&a, *r, &mut buf);
+                        assert!((got - exact).abs() <= tol, "exact {got} vs {exact}");
+                        assert_eq!(d.exact(&a, VectorRef::F32(v), &mut buf), d.eval(&a, v));
                     }
                 }
             }

@@ -30,7 +30,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub use distance::{AlignedVector, Distance, Metric, SimdLevel};
+pub use distance::{AlignedVector, Distance, Metric, SimdLevel, VectorRef};
 pub use visited::VisitedSet;
 
 /// The empty neighbor word.
@@ -40,13 +40,19 @@ pub const EMPTY: u32 = u32::MAX;
 pub trait GraphStore {
     /// Slots below this may be traversed (R for readers, all written slots for the writer).
     fn routing_count(&self) -> u32;
-    /// The vector of `slot`, or `None` if it can't be read (treated as absent).
-    fn vector(&self, slot: u32) -> Option<&[f32]>;
+    /// The stored vector of `slot` in its file's layout, or `None` if it can't be read
+    /// (treated as absent).
+    fn vector(&self, slot: u32) -> Option<VectorRef<'_>>;
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
     /// layer.
     fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]>;
+    /// Told by every insert into a graph of split vectors the gap between the nearest and
+    /// the tenth nearest node it found, by high halves and exactly: the writer counts how
+    /// often they disagree to decide whether its data is too fine to be walked by high halves.
+    /// Readers ignore it.
+    fn note_walk(&self, _walked_gap: f32, _exact_gap: f32) {}
 }
 
 /// Graph parameters.
@@ -127,6 +133,8 @@ pub struct Scratch {
     visited: VisitedSet,
     candidates: BinaryHeap<Reverse<Scored>>,
     results: BinaryHeap<Scored>,
+    /// A split vector joined for an exact distance.
+    exact: Vec<f32>,
     /// Distance computations made since this scratch was created (for benchmarks).
     pub distance_count: u64,
 }
@@ -149,10 +157,12 @@ pub fn random_level(seed: u64, slot: u32, m: usize, max_layers: usize) -> usize 
 /// Lines prefetched of a neighbor list (64 words: a level-0 list at M up to 32).
 const LIST_PREFETCH_LINES: usize = 4;
 
-/// Lines prefetched of each vector about to be scored: all of a 128-d vector, the head of a
-/// longer one (the hardware streams the rest). Four lines were 9% slower at 128 dimensions;
-/// more than eight made no difference at 384 or 1,536 (docs/PERFORMANCE.md).
-const VECTOR_PREFETCH_LINES: usize = 8;
+/// Lines prefetched of each vector about to be scored (of the part a search walks by: the
+/// high halves of a split vector): all of a 384-d split vector's twelve, the head of a longer
+/// one (the hardware streams the rest). On pypi-minilm's split file twelve lines were 4%
+/// faster than eight; on f32 vectors four lines were 9% slower than eight at 128 dimensions
+/// (docs/PERFORMANCE.md).
+const VECTOR_PREFETCH_LINES: usize = 12;
 
 /// Asks the CPU to start loading the `lines` cache lines from `p`. A hint only: it never
 /// faults and never changes what a search returns.
@@ -170,6 +180,16 @@ fn prefetch<T>(p: *const T, lines: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, lines);
+}
+
+/// Prefetches the lines of `v` a search reads while it walks (up to
+/// [`VECTOR_PREFETCH_LINES`]).
+#[inline(always)]
+fn prefetch_walk(v: VectorRef<'_>) {
+    prefetch(
+        v.as_ptr(),
+        VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64)),
+    );
 }
 
 /// Neighbor words filtered and prefetched together before any of them is scored.
@@ -203,7 +223,7 @@ pub fn greedy_descent<S: GraphStore>(
                 // together; the scan order (and so the tie-breaking) is the list's.
                 for words in list.chunks(BATCH) {
                     let mut slots = [0u32; BATCH];
-                    let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
+                    let mut vectors = [VectorRef::F32(&[]); BATCH];
                     let mut len = 0;
                     for w in words {
                         let n = w.load(Ordering::Relaxed);
@@ -211,14 +231,14 @@ pub fn greedy_descent<S: GraphStore>(
                             continue;
                         }
                         if let Some(v) = store.vector(n) {
-                            prefetch(v.as_ptr(), VECTOR_PREFETCH_LINES.min(v.len().div_ceil(16)));
+                            prefetch_walk(v);
                             slots[len] = n;
                             vectors[len] = v;
                             len += 1;
                         }
                     }
                     let mut distances = [0f32; BATCH];
-                    dist.eval_many(q, &vectors[..len], &mut distances);
+                    dist.walk_many(q, &vectors[..len], &mut distances);
                     scratch.distance_count += len as u64;
                     for (&n, &d) in slots[..len].iter().zip(&distances) {
                         if d < cur.distance {
@@ -289,7 +309,7 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
         // chunks of BATCH words so the buffer lives on the stack.
         for words in list.chunks(BATCH) {
             let mut slots = [0u32; BATCH];
-            let mut vectors: [&[f32]; BATCH] = [&[]; BATCH];
+            let mut vectors = [VectorRef::F32(&[]); BATCH];
             let mut len = 0;
             for w in words {
                 let n = w.load(Ordering::Relaxed);
@@ -297,14 +317,14 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
                     continue;
                 }
                 if let Some(v) = store.vector(n) {
-                    prefetch(v.as_ptr(), VECTOR_PREFETCH_LINES.min(v.len().div_ceil(16)));
+                    prefetch_walk(v);
                     slots[len] = n;
                     vectors[len] = v;
                     len += 1;
                 }
             }
             let mut distances = [0f32; BATCH];
-            dist.eval_many(q, &vectors[..len], &mut distances);
+            dist.walk_many(q, &vectors[..len], &mut distances);
             scratch.distance_count += len as u64;
             for (&n, &d) in slots[..len].iter().zip(&distances) {
                 if scratch.results.len() < ef || d < bound {
@@ -352,11 +372,32 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
     };
     scratch.distance_count += 1;
     let start = Scored {
-        distance: dist.eval(q, v),
+        distance: dist.walk(q, v),
         slot: entry_point,
     };
     let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
     let mut out = search_layer(store, dist, q, cur, ef.max(k), 0, accept, scratch);
+    // Split vectors were walked by their high halves: rank the ef found by exact distance
+    // (reading their low halves) before keeping k, so every returned distance is exact.
+    if out
+        .first()
+        .and_then(|s| store.vector(s.slot))
+        .is_some_and(|v| matches!(v, VectorRef::Split(_)))
+    {
+        for s in &out {
+            if let Some(v) = store.vector(s.slot) {
+                let low = v.as_ptr().wrapping_add(v.walk_bytes());
+                prefetch(low, v.walk_bytes().div_ceil(64));
+            }
+        }
+        for s in &mut out {
+            if let Some(v) = store.vector(s.slot) {
+                scratch.distance_count += 1;
+                s.distance = dist.exact(q, v, &mut scratch.exact);
+            }
+        }
+        out.sort_unstable();
+    }
     out.truncate(k);
     out
 }
@@ -376,17 +417,19 @@ pub fn select_neighbors<S: GraphStore>(
         return candidates.to_vec();
     }
     let mut kept: Vec<Scored> = Vec::with_capacity(m);
+    let mut cv = Vec::new();
     for &c in candidates {
         if kept.len() >= m {
             break;
         }
-        let Some(cv) = store.vector(c.slot) else {
+        let Some(v) = store.vector(c.slot) else {
             continue;
         };
+        decode_into(v, &mut cv);
         let good = kept.iter().all(|k| match store.vector(k.slot) {
             Some(kv) => {
                 scratch.distance_count += 1;
-                dist.eval(cv, kv) >= c.distance
+                dist.walk(&cv, kv) >= c.distance
             }
             None => true,
         });
@@ -395,6 +438,45 @@ pub fn select_neighbors<S: GraphStore>(
         }
     }
     kept
+}
+
+/// Tells `store` how far the distances a walk by high halves gave agree with exact ones,
+/// where the graph's vectors are split: the gap between the nearest and the tenth nearest of
+/// `found` (sorted by the walk's distances), by both. A gap is what ranking depends on;
+/// distances themselves may share an offset (1 − ⟨a, b⟩ on long vectors) that doesn't matter.
+fn note_walk<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    found: &[Scored],
+    scratch: &mut Scratch,
+) {
+    let (Some(first), Some(tenth)) = (found.first(), found.get(9.min(found.len() - 1))) else {
+        return;
+    };
+    if first.slot == tenth.slot {
+        return;
+    }
+    let mut walked = [0f32; 2];
+    let mut exact = [0f32; 2];
+    for (i, s) in [first, tenth].into_iter().enumerate() {
+        let (half, whole) = match store.vector(s.slot) {
+            Some(v @ VectorRef::Split(h)) | Some(v @ VectorRef::SplitExact(h)) => {
+                (VectorRef::Split(h), v)
+            }
+            _ => return,
+        };
+        scratch.distance_count += 2;
+        walked[i] = dist.walk(q, half);
+        exact[i] = dist.exact(q, whole, &mut scratch.exact);
+    }
+    store.note_walk(walked[1] - walked[0], exact[1] - exact[0]);
+}
+
+/// The exact values of `v` into `out`, resized to fit.
+fn decode_into(v: VectorRef<'_>, out: &mut Vec<f32>) {
+    out.resize(v.dims(), 0.0);
+    v.decode_into(out);
 }
 
 /// Rewrites `words` to hold exactly `keep` (at most `words.len()` slots), keeping every
@@ -459,7 +541,8 @@ fn link<S: GraphStore>(
     }
     // Full: every word holds a slot. Prune over the old list plus `to`.
     let r = store.routing_count();
-    let Some(fv) = store.vector(from) else { return };
+    let Some(v) = store.vector(from) else { return };
+    let fv = v.to_vec();
     let mut cands: Vec<Scored> = Vec::with_capacity(words.len() + 1);
     cands.push(Scored {
         distance: to_distance,
@@ -474,7 +557,7 @@ fn link<S: GraphStore>(
         if let Some(v) = store.vector(n) {
             scratch.distance_count += 1;
             cands.push(Scored {
-                distance: dist.eval(fv, v),
+                distance: dist.walk(&fv, v),
                 slot: n,
             });
         }
@@ -509,12 +592,14 @@ pub fn insert<S: GraphStore>(
     let Some(q) = store.vector(slot) else {
         return false;
     };
+    let q = AlignedVector::new(&q.to_vec());
+    let q = &q[..];
     let Some(ev) = store.vector(ep) else {
         return false;
     };
     scratch.distance_count += 1;
     let mut cur = Scored {
-        distance: dist.eval(q, ev),
+        distance: dist.walk(q, ev),
         slot: ep,
     };
     if max_layer > level {
@@ -546,6 +631,9 @@ pub fn insert<S: GraphStore>(
         }
         if let Some(best) = found.first() {
             cur = *best;
+            if layer == 0 {
+                note_walk(store, dist, q, &found, scratch);
+            }
         }
     }
     level > max_layer
@@ -566,9 +654,11 @@ pub fn reconnect<S: GraphStore>(
     let (Some(q), Some(ev)) = (store.vector(slot), store.vector(ep)) else {
         return;
     };
+    let q = AlignedVector::new(&q.to_vec());
+    let q = &q[..];
     scratch.distance_count += 1;
     let start = Scored {
-        distance: dist.eval(q, ev),
+        distance: dist.walk(q, ev),
         slot: ep,
     };
     let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
@@ -626,8 +716,10 @@ mod tests {
         fn routing_count(&self) -> u32 {
             self.vectors.len() as u32
         }
-        fn vector(&self, slot: u32) -> Option<&[f32]> {
-            self.vectors.get(slot as usize).map(|v| &v[..])
+        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.vectors
+                .get(slot as usize)
+                .map(|v| VectorRef::F32(&v[..]))
         }
         fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
             self.lists.get(slot as usize).map(|l| &l[..])

@@ -151,6 +151,14 @@ impl Region {
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<AtomicU32>(), n) })
     }
 
+    /// `n` u16 values at `off` (vectors split in halves), under the contract of [`Region::f32s`].
+    pub fn u16s(&self, off: u64, n: usize) -> Result<&[u16]> {
+        let o = self.check(off, 2 * n as u64, 2)?;
+        // SAFETY: in bounds and 2-aligned; every bit pattern is a valid u16; as for `f32s`, no
+        // write to this range happens while the returned slice is alive.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<u16>(), n) })
+    }
+
     /// `n` f32 values at `off` (vectors).
     ///
     /// Callers use this only for ranges nothing writes while the slice lives: committed

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
-use crate::format::{self, align_region, live, record, table, DATA_START};
+use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::{self, align_region, live, record, table, vector, DATA_START};
 use crate::mutants::{self, Mutant};
 use crate::os::{Region, Storage};
 
@@ -81,6 +82,8 @@ pub struct Store {
     header: Header,
     header_copy: usize,
     dims: u32,
+    /// The header's vector layout (fixed for the file's life).
+    layout: VectorLayout,
     m: u32,
     record_bytes: u64,
     geometry: Geometry,
@@ -128,6 +131,8 @@ pub struct NewFile {
     pub seed: u64,
     /// Geometry.
     pub geometry: Geometry,
+    /// How vectors are stored (it decides the file's read and write versions).
+    pub layout: VectorLayout,
 }
 
 /// The two header copies as found, for inspection tools.
@@ -219,8 +224,8 @@ impl Store {
             };
         }
         let mut h = Header {
-            read_version: format::READ_VERSION,
-            write_version: format::WRITE_VERSION,
+            read_version: new.layout.read_version(),
+            write_version: new.layout.read_version(),
             flags: 0,
             dims: new.dims,
             metric: new.metric,
@@ -242,6 +247,7 @@ impl Store {
             metadata_heap_next: 0,
             ef_construction: new.ef_construction,
             seed: new.seed,
+            vector_layout: new.layout.code(),
             sequence: 1,
             table_pages: Vec::new(),
         };
@@ -277,6 +283,7 @@ impl Store {
             writable,
             meta,
             dims: header.dims,
+            layout: header.layout(),
             m: header.m,
             record_bytes: record::level0_record_bytes(header.m),
             geometry,
@@ -534,12 +541,27 @@ impl Store {
 
     /// The vector of `slot`, if its segment is mapped.
     #[inline]
-    pub fn vector(&self, slot: u32) -> Option<&[f32]> {
+    pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (seg, off) = self.slot_place(slot)?;
         let d = u64::from(self.dims);
-        seg.region
-            .f32s(seg.layout.vectors_at + off * 4 * d, self.dims as usize)
-            .ok()
+        let at = seg.layout.vectors_at + off * 4 * d;
+        match self.layout {
+            VectorLayout::F32 => seg
+                .region
+                .f32s(at, self.dims as usize)
+                .ok()
+                .map(VectorRef::F32),
+            VectorLayout::SplitHalves => seg
+                .region
+                .u16s(at, 2 * self.dims as usize)
+                .ok()
+                .map(VectorRef::Split),
+        }
+    }
+
+    /// How this file stores vectors.
+    pub fn layout(&self) -> VectorLayout {
+        self.layout
     }
 
     /// Level-0 neighbor words of `slot`.
@@ -864,7 +886,10 @@ impl Store {
                 .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
             let n = ((seg.layout.slots - off) as usize).min(rest.len() / d);
             let (now, later) = rest.split_at(n * d);
-            let bytes: Vec<u8> = now.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut bytes = vec![0u8; 4 * now.len()];
+            for (b, v) in bytes.chunks_exact_mut(4 * d).zip(now.chunks_exact(d)) {
+                vector::encode(self.layout, v, b);
+            }
             self.storage.write_at(
                 seg.offset + seg.layout.vectors_at + off * 4 * d as u64,
                 &bytes,

@@ -1,0 +1,221 @@
+//! Vector layouts: how a slot's `4 · dims` vector bytes hold its f32 values.
+//!
+//! Format 3 stores each value as a little-endian f32 ([`VectorLayout::F32`]). Format 4 splits
+//! the same bits in two halves ([`VectorLayout::SplitHalves`]): first the high 16 bits of every
+//! value (sign, exponent and 7 mantissa bits: a bfloat16 truncation of it), as `dims`
+//! little-endian u16, then the low 16 bits of every value, as `dims` little-endian u16. Both
+//! layouts take the same bytes and hold the same values bit for bit; the split one lets a
+//! search read half of each vector while it walks the graph, and the whole vector only for
+//! the results it returns.
+//!
+//! Invariant: `decode(layout, encode(layout, v)) == v` bit for bit, for every f32 (NaN
+//! payloads included), in both layouts.
+
+/// How vector values are laid out in a slot's vector bytes (header field `vector_layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum VectorLayout {
+    /// Format 3: `dims` little-endian f32.
+    F32,
+    /// Format 4: `dims` little-endian u16 high halves, then `dims` u16 low halves.
+    #[default]
+    SplitHalves,
+}
+
+/// Header code of [`VectorLayout::F32`].
+pub const LAYOUT_F32: u32 = 0;
+/// Header code of [`VectorLayout::SplitHalves`].
+pub const LAYOUT_SPLIT_HALVES: u32 = 1;
+
+impl VectorLayout {
+    /// The header code.
+    pub fn code(self) -> u32 {
+        match self {
+            VectorLayout::F32 => LAYOUT_F32,
+            VectorLayout::SplitHalves => LAYOUT_SPLIT_HALVES,
+        }
+    }
+
+    /// The layout of a header code, `None` for a code this release doesn't know.
+    pub fn from_code(code: u32) -> Option<VectorLayout> {
+        match code {
+            LAYOUT_F32 => Some(VectorLayout::F32),
+            LAYOUT_SPLIT_HALVES => Some(VectorLayout::SplitHalves),
+            _ => None,
+        }
+    }
+
+    /// The oldest read version that knows this layout (format 3 knows only f32).
+    pub fn read_version(self) -> u32 {
+        match self {
+            VectorLayout::F32 => 3,
+            VectorLayout::SplitHalves => 4,
+        }
+    }
+}
+
+/// A stored vector as mapped from a file: its values in the file's layout (the slices point
+/// into a mapping, so a search reads only the bytes it needs).
+#[derive(Clone, Copy, Debug)]
+pub enum VectorRef<'a> {
+    /// [`VectorLayout::F32`]: `dims` values.
+    F32(&'a [f32]),
+    /// [`VectorLayout::SplitHalves`]: `2 · dims` halves, the high ones first.
+    Split(&'a [u16]),
+    /// The same, in a file whose searches must walk by exact distances (its data is too fine
+    /// for high halves; header flag `exact_walk`).
+    SplitExact(&'a [u16]),
+}
+
+impl<'a> VectorRef<'a> {
+    /// Dimensions.
+    #[inline]
+    pub fn dims(&self) -> usize {
+        match self {
+            VectorRef::F32(v) => v.len(),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.len() / 2,
+        }
+    }
+
+    /// The first byte, for prefetching.
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            VectorRef::F32(v) => v.as_ptr().cast(),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.as_ptr().cast(),
+        }
+    }
+
+    /// Bytes a search reads while it walks the graph: all of an f32 vector, the high halves
+    /// of a split one (all of it when walked exactly).
+    #[inline]
+    pub fn walk_bytes(&self) -> usize {
+        match self {
+            VectorRef::F32(v) => 4 * v.len(),
+            VectorRef::Split(h) => h.len(),
+            VectorRef::SplitExact(h) => 2 * h.len(),
+        }
+    }
+
+    /// The exact values into `out` (`dims` long).
+    ///
+    /// # Panics
+    /// If `out.len() != self.dims()` (a caller's bug).
+    pub fn decode_into(&self, out: &mut [f32]) {
+        assert_eq!(out.len(), self.dims(), "vector length");
+        match self {
+            VectorRef::F32(v) => out.copy_from_slice(v),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => {
+                let (high, low) = h.split_at(out.len());
+                for ((o, &hi), &lo) in out.iter_mut().zip(high).zip(low) {
+                    *o = join(hi, lo);
+                }
+            }
+        }
+    }
+
+    /// The exact values.
+    pub fn to_vec(&self) -> Vec<f32> {
+        let mut v = vec![0f32; self.dims()];
+        self.decode_into(&mut v);
+        v
+    }
+}
+
+/// Writes `v` in `layout` into `out` (exactly `4 · v.len()` bytes).
+///
+/// # Panics
+/// If `out.len() != 4 * v.len()` (a caller's bug, never file contents).
+pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
+    assert_eq!(out.len(), 4 * v.len(), "vector byte length");
+    match layout {
+        VectorLayout::F32 => {
+            for (o, x) in out.chunks_exact_mut(4).zip(v) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        VectorLayout::SplitHalves => {
+            let (high, low) = out.split_at_mut(2 * v.len());
+            for ((h, l), x) in high.chunks_exact_mut(2).zip(low.chunks_exact_mut(2)).zip(v) {
+                let bits = x.to_bits();
+                h.copy_from_slice(&((bits >> 16) as u16).to_le_bytes());
+                l.copy_from_slice(&(bits as u16).to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Reads the values of a vector stored in `layout` from its `4 · out.len()` bytes.
+///
+/// # Panics
+/// If `bytes.len() != 4 * out.len()` (a caller's bug, never file contents).
+pub fn decode(layout: VectorLayout, bytes: &[u8], out: &mut [f32]) {
+    assert_eq!(bytes.len(), 4 * out.len(), "vector byte length");
+    match layout {
+        VectorLayout::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        VectorLayout::SplitHalves => {
+            let (high, low) = bytes.split_at(2 * out.len());
+            for ((o, h), l) in out
+                .iter_mut()
+                .zip(high.chunks_exact(2))
+                .zip(low.chunks_exact(2))
+            {
+                *o = join(
+                    u16::from_le_bytes([h[0], h[1]]),
+                    u16::from_le_bytes([l[0], l[1]]),
+                );
+            }
+        }
+    }
+}
+
+/// The f32 whose bits are `high` then `low`.
+#[inline]
+pub fn join(high: u16, low: u16) -> f32 {
+    f32::from_bits((u32::from(high) << 16) | u32::from(low))
+}
+
+/// The value a high half stands for while a search walks the graph (its low bits zero: the
+/// bfloat16 truncation toward zero, within 2⁻⁸ of the value relatively).
+#[inline]
+pub fn high_value(high: u16) -> f32 {
+    f32::from_bits(u32::from(high) << 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn both_layouts_round_trip_every_bit(bits in proptest::collection::vec(any::<u32>(), 0..40)) {
+            let v: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+            for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+                let mut bytes = vec![0u8; 4 * v.len()];
+                encode(layout, &v, &mut bytes);
+                let mut back = vec![0f32; v.len()];
+                decode(layout, &bytes, &mut back);
+                let back: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
+                prop_assert_eq!(&back, &bits);
+            }
+        }
+    }
+
+    #[test]
+    fn split_halves_put_every_high_half_first() {
+        let v = [1.5f32, -2.0, f32::from_bits(0x1234_5678)];
+        let mut b = [0u8; 12];
+        encode(VectorLayout::SplitHalves, &v, &mut b);
+        assert_eq!(&b[..6], &[0xC0, 0x3F, 0x00, 0xC0, 0x34, 0x12]);
+        assert_eq!(&b[6..], &[0, 0, 0, 0, 0x78, 0x56]);
+        assert_eq!(high_value(0x3FC0), 1.5);
+        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+            assert_eq!(VectorLayout::from_code(layout.code()), Some(layout));
+        }
+        assert_eq!(VectorLayout::from_code(2), None);
+    }
+}
