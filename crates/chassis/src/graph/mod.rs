@@ -192,6 +192,40 @@ fn prefetch_walk(v: VectorRef<'_>) {
     );
 }
 
+/// Scores the slots of `words` that `keep` admits (in list order), gathering them and
+/// prefetching their vectors before any is scored, so the loads overlap instead of each
+/// waiting on memory in turn. Returns the slots, their distances and how many there are;
+/// adds that count to `count`.
+#[inline(always)]
+fn score_chunk<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    words: &[AtomicU32],
+    mut keep: impl FnMut(u32) -> bool,
+    count: &mut u64,
+) -> ([u32; BATCH], [f32; BATCH], usize) {
+    let mut slots = [0u32; BATCH];
+    let mut vectors = [VectorRef::F32(&[]); BATCH];
+    let mut len = 0;
+    for w in words.iter().take(BATCH) {
+        let n = w.load(Ordering::Relaxed);
+        if !keep(n) {
+            continue;
+        }
+        if let Some(v) = store.vector(n) {
+            prefetch_walk(v);
+            slots[len] = n;
+            vectors[len] = v;
+            len += 1;
+        }
+    }
+    let mut distances = [0f32; BATCH];
+    dist.walk_many(q, &vectors[..len], &mut distances);
+    *count += len as u64;
+    (slots, distances, len)
+}
+
 /// Neighbor words filtered and prefetched together before any of them is scored.
 const BATCH: usize = 64;
 
@@ -222,24 +256,14 @@ pub fn greedy_descent<S: GraphStore>(
                 // As in search_layer: prefetch the whole list's vectors, then score them
                 // together; the scan order (and so the tie-breaking) is the list's.
                 for words in list.chunks(BATCH) {
-                    let mut slots = [0u32; BATCH];
-                    let mut vectors = [VectorRef::F32(&[]); BATCH];
-                    let mut len = 0;
-                    for w in words {
-                        let n = w.load(Ordering::Relaxed);
-                        if n >= r {
-                            continue;
-                        }
-                        if let Some(v) = store.vector(n) {
-                            prefetch_walk(v);
-                            slots[len] = n;
-                            vectors[len] = v;
-                            len += 1;
-                        }
-                    }
-                    let mut distances = [0f32; BATCH];
-                    dist.walk_many(q, &vectors[..len], &mut distances);
-                    scratch.distance_count += len as u64;
+                    let (slots, distances, len) = score_chunk(
+                        store,
+                        dist,
+                        q,
+                        words,
+                        |n| n < r,
+                        &mut scratch.distance_count,
+                    );
                     for (&n, &d) in slots[..len].iter().zip(&distances) {
                         if d < cur.distance {
                             cur = Scored {
@@ -308,24 +332,15 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
         // (the loads overlap instead of each waiting on memory in turn). A list is taken in
         // chunks of BATCH words so the buffer lives on the stack.
         for words in list.chunks(BATCH) {
-            let mut slots = [0u32; BATCH];
-            let mut vectors = [VectorRef::F32(&[]); BATCH];
-            let mut len = 0;
-            for w in words {
-                let n = w.load(Ordering::Relaxed);
-                if n >= r || !scratch.visited.insert(n) {
-                    continue;
-                }
-                if let Some(v) = store.vector(n) {
-                    prefetch_walk(v);
-                    slots[len] = n;
-                    vectors[len] = v;
-                    len += 1;
-                }
-            }
-            let mut distances = [0f32; BATCH];
-            dist.walk_many(q, &vectors[..len], &mut distances);
-            scratch.distance_count += len as u64;
+            let visited = &mut scratch.visited;
+            let (slots, distances, len) = score_chunk(
+                store,
+                dist,
+                q,
+                words,
+                |n| n < r && visited.insert(n),
+                &mut scratch.distance_count,
+            );
             for (&n, &d) in slots[..len].iter().zip(&distances) {
                 if scratch.results.len() < ef || d < bound {
                     let s = Scored {
