@@ -1519,11 +1519,48 @@ impl Index {
         ix.flags |= FLAG_CUSTOM_IDS;
         ix.dirty = true;
         ix.store.publish_routing_count(u64::from(n))?;
+        ix.check_walk_on_graph();
         ix.flush()?;
         progress(h.count, h.count);
         crate::os::rename_durably(&tmp, dst)?;
         ix.path = Some(dst.to_path_buf());
         Ok(ix)
+    }
+
+    /// The walk check ([`WalkCheck`]) for a graph that came without inserts (a migrated one):
+    /// up to 256 evenly spaced nodes, each with its level-0 neighbors as what an insert would
+    /// have found, ordered by exact distance.
+    fn check_walk_on_graph(&self) {
+        let view = View {
+            store: &self.store,
+            count: self.count,
+            walk: &self.walk,
+        };
+        let mut buf = Vec::new();
+        let step = (self.count / 256).max(1);
+        for s in (0..self.count).step_by(step as usize) {
+            let (Some(v), Some(words)) = (self.store.vector(s), self.store.level0(s)) else {
+                continue;
+            };
+            let q = v.to_vec();
+            let mut pairs: Vec<(f32, f32)> = words
+                .iter()
+                .map(|w| w.load(std::sync::atomic::Ordering::Relaxed))
+                .filter(|&n| n < self.count && n != s)
+                .filter_map(|n| match self.store.vector(n)? {
+                    u @ VectorRef::Split(_) => {
+                        Some((self.dist.exact(&q, u, &mut buf), self.dist.walk(&q, u)))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if pairs.len() < 2 {
+                continue;
+            }
+            pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let j = 9.min(pairs.len() - 1);
+            view.note_walk(pairs[j].1 - pairs[0].1, pairs[j].0 - pairs[0].0);
+        }
     }
 
     /// Checks the committed index the way `PRAGMA integrity_check` checks a database: every
@@ -1872,6 +1909,31 @@ mod tests {
     use std::cell::Cell;
     use std::rc::Rc;
     use std::sync::atomic::Ordering;
+
+    /// A graph that came without inserts (migration) gets the walk check from its own lists.
+    #[test]
+    fn a_graph_without_inserts_is_checked_from_its_lists() {
+        for (offset, fine) in [(1000.0f32, true), (0.0, false)] {
+            let mut ix = Index::in_memory(Options::new(8, Metric::L2Squared), 64 << 20).unwrap();
+            let mut x = 7u64;
+            for _ in 0..600 {
+                let v: Vec<f32> = (0..8)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        offset + 0.01 * ((x >> 40) as f32 / (1u64 << 24) as f32)
+                    })
+                    .collect();
+                ix.add(&v).unwrap();
+            }
+            assert_eq!(ix.walk.exact(), fine, "from the inserts");
+            ix.walk = WalkCheck::new(0, 0, Metric::L2Squared);
+            ix.check_walk_on_graph();
+            assert!(ix.walk.settled.load(Ordering::Relaxed));
+            assert_eq!(ix.walk.exact(), fine, "from the lists");
+        }
+    }
 
     /// Decision 5: R is published only after the new node and its backlinks are written, so a
     /// reader that routes to slot R − 1 finds it linked.
