@@ -8,8 +8,8 @@
 //! search read half of each vector while it walks the graph, and the whole vector only for
 //! the results it returns.
 //!
-//! Invariant: `decode(layout, encode(layout, v)) == v` bit for bit, for every f32 (NaN
-//! payloads included), in both layouts.
+//! Invariant: [`encode`] then [`VectorRef::decode_into`] over the mapped bytes gives back `v`
+//! bit for bit, for every f32 (NaN payloads included), in both layouts.
 
 /// How vector values are laid out in a slot's vector bytes (header field `vector_layout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -96,12 +96,9 @@ impl<'a> VectorRef<'a> {
         }
     }
 
-    /// The exact values into `out` (`dims` long).
-    ///
-    /// # Panics
-    /// If `out.len() != self.dims()` (a caller's bug).
-    pub fn decode_into(&self, out: &mut [f32]) {
-        assert_eq!(out.len(), self.dims(), "vector length");
+    /// The exact values into `out`, resized to `dims`.
+    pub fn decode_into(&self, out: &mut Vec<f32>) {
+        out.resize(self.dims(), 0.0);
         match self {
             VectorRef::F32(v) => out.copy_from_slice(v),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => {
@@ -115,7 +112,7 @@ impl<'a> VectorRef<'a> {
 
     /// The exact values.
     pub fn to_vec(&self) -> Vec<f32> {
-        let mut v = vec![0f32; self.dims()];
+        let mut v = Vec::new();
         self.decode_into(&mut v);
         v
     }
@@ -139,34 +136,6 @@ pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
                 let bits = x.to_bits();
                 h.copy_from_slice(&((bits >> 16) as u16).to_le_bytes());
                 l.copy_from_slice(&(bits as u16).to_le_bytes());
-            }
-        }
-    }
-}
-
-/// Reads the values of a vector stored in `layout` from its `4 · out.len()` bytes.
-///
-/// # Panics
-/// If `bytes.len() != 4 * out.len()` (a caller's bug, never file contents).
-pub fn decode(layout: VectorLayout, bytes: &[u8], out: &mut [f32]) {
-    assert_eq!(bytes.len(), 4 * out.len(), "vector byte length");
-    match layout {
-        VectorLayout::F32 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
-        VectorLayout::SplitHalves => {
-            let (high, low) = bytes.split_at(2 * out.len());
-            for ((o, h), l) in out
-                .iter_mut()
-                .zip(high.chunks_exact(2))
-                .zip(low.chunks_exact(2))
-            {
-                *o = join(
-                    u16::from_le_bytes([h[0], h[1]]),
-                    u16::from_le_bytes([l[0], l[1]]),
-                );
             }
         }
     }
@@ -197,8 +166,21 @@ mod tests {
             for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
                 let mut bytes = vec![0u8; 4 * v.len()];
                 encode(layout, &v, &mut bytes);
-                let mut back = vec![0f32; v.len()];
-                decode(layout, &bytes, &mut back);
+                // The view a mapped region lends: little-endian words read in place.
+                let words: Vec<u16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                let floats: Vec<f32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                let view = match layout {
+                    VectorLayout::F32 => VectorRef::F32(&floats),
+                    VectorLayout::SplitHalves => VectorRef::Split(&words),
+                };
+                let mut back = Vec::new();
+                view.decode_into(&mut back);
                 let back: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
                 prop_assert_eq!(&back, &bits);
             }

@@ -146,7 +146,7 @@ impl std::fmt::Debug for AlignedVector {
 
 type Kernel = fn(&[f32], &[f32]) -> f32;
 
-/// How many vectors a batch kernel scores side by side ([`Distance::eval_many`]).
+/// How many vectors a batch kernel scores side by side ([`Distance::walk_many`]).
 pub const BATCH_WIDTH: usize = 8;
 
 /// The shortest vectors scored in batches. Measured in searches (docs/PERFORMANCE.md): at 384
@@ -271,38 +271,6 @@ impl Distance {
         (self.kernel)(a, b)
     }
 
-    /// The distances from `a` to each vector of `vs`, into `out[..vs.len()]` (the same as
-    /// one `eval` per vector, up to rounding: the sums are taken in another order; vectors
-    /// shorter than [`BATCH_MIN_DIMS`] are scored one by one). Memory,
-    /// not arithmetic, bounds a search on a large file, and scoring [`BATCH_WIDTH`] vectors
-    /// side by side keeps that many streams of cache lines in flight; a short last group is
-    /// padded with its own last vector, whose lines are already on their way.
-    pub fn eval_many(&self, a: &[f32], vs: &[&[f32]], out: &mut [f32]) {
-        let out = &mut out[..vs.len()];
-        let batch = self
-            .batch
-            .filter(|_| a.len() >= BATCH_MIN_DIMS && vs.len() > 1)
-            .filter(|_| vs.iter().all(|v| v.len() >= a.len()));
-        let Some(batch) = batch else {
-            for (o, v) in out.iter_mut().zip(vs) {
-                *o = (self.kernel)(a, v);
-            }
-            return;
-        };
-        for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
-            let last = group[group.len() - 1];
-            if group.len() == 1 {
-                o[0] = (self.kernel)(a, last);
-                continue;
-            }
-            let padded: [&[f32]; BATCH_WIDTH] =
-                std::array::from_fn(|j| group.get(j).copied().unwrap_or(last));
-            o.copy_from_slice(&batch(a, padded)[..group.len()]);
-        }
-    }
-}
-
-impl Distance {
     /// The distance a search walks the graph by, from `q` to the stored `v`: exact for an f32
     /// vector; for a split one, the distance to its high halves (each value within 2⁻⁸ of
     /// itself, relatively), which reads half the bytes; exact again (both halves joined) in a
@@ -314,15 +282,17 @@ impl Distance {
             VectorRef::Split(h) => (self.halves)(q, &h[..h.len() / 2]),
             VectorRef::SplitExact(_) => JOINED.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                buf.resize(v.dims(), 0.0);
                 v.decode_into(&mut buf);
                 (self.kernel)(q, &buf)
             }),
         }
     }
 
-    /// [`Distance::walk`] to each of `vs`, into `out[..vs.len()]`, [`BATCH_WIDTH`] vectors side
-    /// by side where that pays (as [`Distance::eval_many`]).
+    /// [`Distance::walk`] to each of `vs`, into `out[..vs.len()]` (the same up to rounding: a
+    /// batch sums in another order). Memory, not arithmetic, bounds a search on a large file,
+    /// and scoring [`BATCH_WIDTH`] vectors side by side keeps that many streams of cache lines
+    /// in flight (for vectors of [`BATCH_MIN_DIMS`] and more); a short last group is padded
+    /// with its own last vector, whose lines are already on their way.
     pub fn walk_many(&self, q: &[f32], vs: &[VectorRef<'_>], out: &mut [f32]) {
         let out = &mut out[..vs.len()];
         let batched = q.len() >= BATCH_MIN_DIMS && vs.len() > 1;
@@ -349,7 +319,6 @@ impl Distance {
         match v {
             VectorRef::F32(b) => (self.kernel)(q, b),
             VectorRef::Split(_) | VectorRef::SplitExact(_) => {
-                buf.resize(v.dims(), 0.0);
                 v.decode_into(buf);
                 (self.kernel)(q, buf)
             }
@@ -911,10 +880,10 @@ mod x86 {
     }
 
     // The batch wrappers, like the single ones below, are installed only by `with_level`
-    // after runtime detection, and `Distance::eval_many` checks every length first.
+    // after runtime detection, and `Distance::walk_many` checks every length first.
 
     pub(super) fn l2sq_batch_avx512(a: &[f32], b: [&[f32]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
-        // SAFETY: AVX-512F was detected; `eval_many` checked the lengths.
+        // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
         unsafe { batch_avx512::<true>(a, b) }
     }
 
@@ -922,12 +891,12 @@ mod x86 {
         a: &[f32],
         b: [&[f32]; BATCH_WIDTH],
     ) -> [f32; BATCH_WIDTH] {
-        // SAFETY: AVX-512F was detected; `eval_many` checked the lengths.
+        // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
         unsafe { batch_avx512::<false>(a, b) }.map(|d| 1.0 - d)
     }
 
     pub(super) fn l2sq_batch_avx2(a: &[f32], b: [&[f32]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
-        // SAFETY: AVX2 + FMA were detected; `eval_many` checked the lengths.
+        // SAFETY: AVX2 + FMA were detected; `walk_many` checked the lengths.
         unsafe { batch_avx2::<true>(a, b) }
     }
 
@@ -935,7 +904,7 @@ mod x86 {
         a: &[f32],
         b: [&[f32]; BATCH_WIDTH],
     ) -> [f32; BATCH_WIDTH] {
-        // SAFETY: AVX2 + FMA were detected; `eval_many` checked the lengths.
+        // SAFETY: AVX2 + FMA were detected; `walk_many` checked the lengths.
         unsafe { batch_avx2::<false>(a, b) }.map(|d| 1.0 - d)
     }
 
@@ -1021,10 +990,11 @@ mod tests {
                     let a = data(n, 1);
                     let vs: Vec<Vec<f32>> = (0..19).map(|j| data(n, 100 + j)).collect();
                     for count in 0..vs.len() {
-                        let refs: Vec<&[f32]> = vs[..count].iter().map(Vec::as_slice).collect();
+                        let refs: Vec<VectorRef> =
+                            vs[..count].iter().map(|v| VectorRef::F32(v)).collect();
                         let mut out = vec![f32::NAN; count + 1];
-                        d.eval_many(&a, &refs, &mut out);
-                        for (j, v) in refs.iter().enumerate() {
+                        d.walk_many(&a, &refs, &mut out);
+                        for (j, v) in vs[..count].iter().enumerate() {
                             let want = reference::distance(metric, &a, v);
                             let tol = 1e-4 * want.abs().max(1.0) * (n as f32).sqrt().max(1.0);
                             assert!(

@@ -290,7 +290,7 @@ pub fn greedy_descent<S: GraphStore>(
 /// Memory, not arithmetic, bounds this loop on large files: the next candidate's neighbor list
 /// is prefetched while the current one is expanded, each list's unvisited neighbors are
 /// filtered and their vectors prefetched before any of them is scored, and they are scored
-/// together ([`Distance::eval_many`]: eight vectors' lines streaming side by side).
+/// together ([`Distance::walk_many`]: eight vectors' lines streaming side by side).
 /// docs/PERFORMANCE.md measures each.
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
@@ -440,7 +440,7 @@ pub fn select_neighbors<S: GraphStore>(
         let Some(v) = store.vector(c.slot) else {
             continue;
         };
-        decode_into(v, &mut cv);
+        v.decode_into(&mut cv);
         let good = kept.iter().all(|k| match store.vector(k.slot) {
             Some(kv) => {
                 scratch.distance_count += 1;
@@ -466,7 +466,10 @@ fn note_walk<S: GraphStore>(
     found: &[Scored],
     scratch: &mut Scratch,
 ) {
-    let (Some(first), Some(tenth)) = (found.first(), found.get(9.min(found.len() - 1))) else {
+    let (Some(first), Some(tenth)) = (
+        found.first(),
+        found.get(9.min(found.len().saturating_sub(1))),
+    ) else {
         return;
     };
     if first.slot == tenth.slot {
@@ -486,12 +489,6 @@ fn note_walk<S: GraphStore>(
         exact[i] = dist.exact(q, whole, &mut scratch.exact);
     }
     store.note_walk(walked[1] - walked[0], exact[1] - exact[0]);
-}
-
-/// The exact values of `v` into `out`, resized to fit.
-fn decode_into(v: VectorRef<'_>, out: &mut Vec<f32>) {
-    out.resize(v.dims(), 0.0);
-    v.decode_into(out);
 }
 
 /// Rewrites `words` to hold exactly `keep` (at most `words.len()` slots), keeping every
