@@ -425,7 +425,7 @@ pub struct Index {
 /// The writer's running check that walking by high halves suits its data (format 4).
 ///
 /// Every insert reports the gap between the nearest and the tenth nearest node it found, by
-/// high halves and exactly. High halves keep each value to within 2⁻⁸ of itself, which moves
+/// high halves and exactly. High halves keep each value to within 2⁻⁷ of itself, which moves
 /// such a gap by a few percent at most when neighbors are far apart compared with the vectors'
 /// size (pypi-minilm: no insert of 100,000 off by 10%), and by more than itself when they
 /// nearly coincide (vectors sharing a large offset). A graph starts walked exactly, and is

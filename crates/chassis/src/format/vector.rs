@@ -147,8 +147,14 @@ pub fn join(high: u16, low: u16) -> f32 {
     f32::from_bits((u32::from(high) << 16) | u32::from(low))
 }
 
+/// How far a high half's value ([`high_value`]) may be from the value it was cut from,
+/// relative to itself: truncation keeps the sign, the exponent and the top 7 fraction bits,
+/// so `|x − high_value(x)| < 2⁻⁷·|high_value(x)| ≤ 2⁻⁷·|x|` (for zero and subnormals the gap
+/// is below 2⁻¹³³, absolute), and `|high_value(x)| ≤ |x|`.
+pub const HIGH_HALF_REL_ERROR: f32 = 1.0 / 128.0;
+
 /// The value a high half stands for while a search walks the graph (its low bits zero: the
-/// bfloat16 truncation toward zero, within 2⁻⁸ of the value relatively).
+/// bfloat16 truncation toward zero, within [`HIGH_HALF_REL_ERROR`] of the value relatively).
 #[inline]
 pub fn high_value(high: u16) -> f32 {
     f32::from_bits(u32::from(high) << 16)

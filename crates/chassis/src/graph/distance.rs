@@ -11,12 +11,13 @@
 //! Stored vectors come as [`VectorRef`]s in their file's layout. A search walks the graph by
 //! [`Distance::walk`]: the exact distance for f32 vectors, and for vectors split in halves the
 //! distance to their high halves (each value truncated to bfloat16, half the bytes read), then
-//! ranks what it returns by [`Distance::exact`].
+//! ranks what it found by [`Distance::exact`], as far as [`Distance::exact_lower_bound`] leaves
+//! a found vector in doubt.
 
 use std::sync::OnceLock;
 
-use crate::format::vector::high_value;
 pub use crate::format::vector::VectorRef;
+use crate::format::vector::{high_value, HIGH_HALF_REL_ERROR};
 
 /// The distance a file uses, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -272,7 +273,7 @@ impl Distance {
     }
 
     /// The distance a search walks the graph by, from `q` to the stored `v`: exact for an f32
-    /// vector; for a split one, the distance to its high halves (each value within 2⁻⁸ of
+    /// vector; for a split one, the distance to its high halves (each value within 2⁻⁷ of
     /// itself, relatively), which reads half the bytes; exact again (both halves joined) in a
     /// file whose data is too fine for that ([`VectorRef::SplitExact`]).
     #[inline]
@@ -310,6 +311,35 @@ impl Distance {
             for (o, v) in o.iter_mut().zip(group) {
                 *o = self.walk(q, *v);
             }
+        }
+    }
+
+    /// A lower bound on the exact distance ([`Distance::exact`], as computed) from `q` to a
+    /// split vector whose walk distance (by its high halves, as computed) is `walked`, given
+    /// `q_norm` = ‖q‖: what lets a search rank by exact distance only the found vectors that
+    /// could be among the nearest k. `-∞` where no bound is known.
+    ///
+    /// A high half v̂ keeps each value's sign, exponent and top 7 fraction bits, so every
+    /// |vᵢ − v̂ᵢ| < 2⁻⁷|v̂ᵢ| and |v̂ᵢ| ≤ |vᵢ|, hence ‖v − v̂‖ ≤ 2⁻⁷‖v̂‖ ≤ 2⁻⁷‖v‖. Then:
+    /// - squared L2: ‖q − v‖ ≥ ‖q − v̂‖ − ‖v − v̂‖, and ‖v̂‖ ≤ ‖q‖ + ‖q − v̂‖ (triangle);
+    /// - cosine: stored vectors are unit (normalised on insert, an invariant of the writer),
+    ///   so |⟨q, v⟩ − ⟨q, v̂⟩| ≤ ‖q‖‖v − v̂‖ ≤ 2⁻⁷‖q‖;
+    /// - inner product: stored norms are unknown, so no bound (`-∞`: all are ranked).
+    ///
+    /// `slack` covers f32 rounding in the two computed distances and in ‖q‖ (each within
+    /// about dims·2⁻²⁴ relatively) many times over. A NaN norm or walk distance gives NaN or
+    /// 0, which no distance is below, so nothing is skipped on its account.
+    pub fn exact_lower_bound(&self, q_norm: f32, walked: f32, dims: usize) -> f32 {
+        let slack = 4.0 * (dims as f32 + 16.0) * f32::EPSILON;
+        let c = HIGH_HALF_REL_ERROR + slack;
+        match self.metric {
+            Metric::L2Squared => {
+                let walked_norm = walked.max(0.0).sqrt();
+                let d = (walked_norm * (1.0 - c) - c * q_norm).max(0.0);
+                d * d * (1.0 - 2.0 * slack)
+            }
+            Metric::Cosine => walked - c * q_norm - slack,
+            Metric::InnerProduct => f32::NEG_INFINITY,
         }
     }
 
@@ -1070,5 +1100,87 @@ mod tests {
             assert_eq!(Metric::parse(m.name()), Some(m));
         }
         assert_eq!(Metric::parse("manhattan"), None);
+    }
+
+    /// Unit length as the writer makes it for cosine (norm in f64, divided in f32).
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let norm = reference::dot(v, v).sqrt();
+        v.iter().map(|x| x / norm).collect()
+    }
+
+    proptest::proptest! {
+        /// Fails if a search could skip ranking a vector that belongs among the nearest k:
+        /// the bound must stay at or below the exact distance as computed, at every kernel
+        /// level, for near neighbors (where rounding and truncation matter most), at any
+        /// scale and offset, and with every value cut as far as truncation can cut it.
+        #[test]
+        fn exact_lower_bound_never_exceeds_the_exact_distance(
+            n in 1usize..320,
+            seed in 0u64..1_000_000,
+            scale_exp in -30i32..30,
+            offset in -8.0f32..8.0,
+            near in 0.0f32..1.0,
+            cut_most in proptest::bool::ANY,
+        ) {
+            let scale = 2f32.powi(scale_exp);
+            let q: Vec<f32> = data(n, seed).iter().map(|x| (x + offset) * scale).collect();
+            let other = data(n, seed + 7);
+            let mut v: Vec<f32> = q
+                .iter()
+                .zip(&other)
+                .map(|(a, b)| a + near * near * (b + offset) * scale)
+                .collect();
+            if cut_most {
+                // Low halves all ones: each value as far from its high half as it can be.
+                v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits() | 0xFFFF));
+            }
+            let (qu, vu) = (unit(&q), unit(&v));
+            for level in SimdLevel::available() {
+                for (metric, q, v) in [
+                    (Metric::L2Squared, &q, &v),
+                    (Metric::Cosine, &qu, &vu),
+                    (Metric::InnerProduct, &qu, &vu),
+                ] {
+                    let d = Distance::with_level(metric, level);
+                    let halves = split(v);
+                    let r = VectorRef::Split(&halves);
+                    let walked = d.walk(q, r);
+                    let mut walked_many = [0.0f32];
+                    d.walk_many(q, &[r], &mut walked_many);
+                    let exact = d.exact(q, r, &mut Vec::new());
+                    let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    for w in [walked, walked_many[0]] {
+                        let bound = d.exact_lower_bound(q_norm, w, n);
+                        proptest::prop_assert!(
+                            bound <= exact,
+                            "{metric:?} {level:?} n={n}: bound {bound} > exact {exact} (walked {w})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fails if the bound grows so loose that ranking would read every vector found again.
+    #[test]
+    fn exact_lower_bound_is_tight_enough_to_skip_ranking() {
+        let l2 = Distance::new(Metric::L2Squared);
+        // ‖q − v̂‖ = 10 and ‖q‖ = 10: ‖q − v‖ ≥ 10 − 2⁻⁷·20 (less slack).
+        let b = l2.exact_lower_bound(10.0, 100.0, 128);
+        assert!(b > 96.0 && b < 100.0, "{b}");
+        let cos = Distance::new(Metric::Cosine);
+        let b = cos.exact_lower_bound(1.0, 0.5, 1536);
+        assert!(b > 0.49 && b < 0.5, "{b}");
+        let ip = Distance::new(Metric::InnerProduct);
+        assert_eq!(ip.exact_lower_bound(1.0, 0.5, 384), f32::NEG_INFINITY);
+        // NaN in, and the bound is NaN or 0: never above a distance.
+        for d in [&l2, &cos] {
+            for b in [
+                d.exact_lower_bound(f32::NAN, 1.0, 8),
+                d.exact_lower_bound(1.0, f32::NAN, 8),
+            ] {
+                assert!(b.is_nan() || b == 0.0, "{b}");
+            }
+        }
     }
 }

@@ -399,21 +399,70 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
         .and_then(|s| store.vector(s.slot))
         .is_some_and(|v| matches!(v, VectorRef::Split(_)))
     {
-        for s in &out {
-            if let Some(v) = store.vector(s.slot) {
-                let low = v.as_ptr().wrapping_add(v.walk_bytes());
-                prefetch(low, v.walk_bytes().div_ceil(64));
-            }
-        }
-        for s in &mut out {
-            if let Some(v) = store.vector(s.slot) {
-                scratch.distance_count += 1;
-                s.distance = dist.exact(q, v, &mut scratch.exact);
-            }
-        }
-        out.sort_unstable();
+        out = rank_exactly(store, dist, q, &out, k, scratch);
     }
     out.truncate(k);
+    out
+}
+
+/// How many found vectors ahead of the one being ranked have their low halves prefetched.
+const RANK_PREFETCH_AHEAD: usize = 8;
+
+/// The nearest `k` of `found` (sorted by walk distance, by high halves) by exact distance,
+/// nearest first. Ranks `found` in walk order and stops at the first vector whose exact
+/// distance can't be below the k-th exact distance so far ([`Distance::exact_lower_bound`]
+/// of its walk distance, which grows with it); since the bound holds, the result is the
+/// same as ranking all of `found`, minus exact distances that could not change it.
+fn rank_exactly<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    found: &[Scored],
+    k: usize,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let prefetch_low = |s: &Scored| {
+        if let Some(v) = store.vector(s.slot) {
+            let low = v.as_ptr().wrapping_add(v.walk_bytes());
+            prefetch(low, v.walk_bytes().div_ceil(64));
+        }
+    };
+    found
+        .iter()
+        .take(k + RANK_PREFETCH_AHEAD)
+        .for_each(prefetch_low);
+    // A max-heap of the nearest k so far: its top is the k-th exact distance.
+    let nearest = &mut scratch.results;
+    nearest.clear();
+    for (i, s) in found.iter().enumerate() {
+        if nearest.len() >= k
+            && nearest.peek().is_some_and(|kth| {
+                dist.exact_lower_bound(q_norm, s.distance, q.len()) > kth.distance
+            })
+        {
+            break;
+        }
+        if let Some(ahead) = found.get(i + k + RANK_PREFETCH_AHEAD) {
+            prefetch_low(ahead);
+        }
+        let Some(v) = store.vector(s.slot) else {
+            continue;
+        };
+        scratch.distance_count += 1;
+        nearest.push(Scored {
+            distance: dist.exact(q, v, &mut scratch.exact),
+            slot: s.slot,
+        });
+        if nearest.len() > k {
+            nearest.pop();
+        }
+    }
+    let mut out: Vec<Scored> = nearest.drain().collect();
+    out.sort_unstable();
     out
 }
 
@@ -804,5 +853,126 @@ mod tests {
         rewrite_preserving(&words, &[3]);
         let now: Vec<u32> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
         assert_eq!(now, vec![EMPTY, EMPTY, 3, EMPTY]);
+    }
+
+    /// A one-layer graph of split vectors (format 4's layout), linked by [`insert`].
+    struct SplitPoints {
+        halves: Vec<Vec<u16>>,
+        lists: Vec<Vec<AtomicU32>>,
+    }
+
+    impl GraphStore for SplitPoints {
+        fn routing_count(&self) -> u32 {
+            self.halves.len() as u32
+        }
+        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.halves
+                .get(slot as usize)
+                .map(|h| VectorRef::Split(&h[..]))
+        }
+        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+            self.lists.get(slot as usize).map(|l| &l[..])
+        }
+        fn upper(&self, _: u32, _: usize) -> Option<&[AtomicU32]> {
+            None
+        }
+    }
+
+    fn split_points(metric: Metric, n: usize, dims: usize, seed: u64) -> SplitPoints {
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let params = Params {
+            m: 8,
+            m0: 16,
+            ef_construction: 64,
+            max_layers: 1,
+        };
+        let mut store = SplitPoints {
+            halves: Vec::new(),
+            lists: Vec::new(),
+        };
+        let dist = Distance::new(metric);
+        let mut scratch = Scratch::default();
+        for slot in 0..n as u32 {
+            let mut v: Vec<f32> = (0..dims).map(|_| next()).collect();
+            if metric == Metric::Cosine {
+                let norm = distance::reference::dot(&v, &v).sqrt();
+                v.iter_mut().for_each(|x| *x /= norm);
+            }
+            let mut bytes = vec![0u8; 4 * dims];
+            crate::format::vector::encode(
+                crate::format::vector::VectorLayout::SplitHalves,
+                &v,
+                &mut bytes,
+            );
+            store.halves.push(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            );
+            store
+                .lists
+                .push((0..params.m0).map(|_| AtomicU32::new(EMPTY)).collect());
+            let entry = (slot > 0).then_some((0, 0));
+            insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
+        }
+        store
+    }
+
+    /// Fails if ranking the ef found by exact distance skips a vector that belongs among the
+    /// nearest k (the answer must equal ranking all of them), or if it no longer skips any.
+    #[test]
+    fn ranking_by_the_error_bound_equals_ranking_everything_found() {
+        let (k, ef) = (10, 64);
+        for metric in [Metric::L2Squared, Metric::Cosine] {
+            let store = split_points(metric, 1500, 24, 11);
+            let dist = Distance::new(metric);
+            let mut ranked_total = 0;
+            let queries = 60;
+            for qi in 0..queries {
+                let mut q: Vec<f32> = (0..24)
+                    .map(|j| ((qi * 31 + j * 7) % 17) as f32 / 8.5 - 1.0)
+                    .collect();
+                if metric == Metric::Cosine {
+                    let norm = distance::reference::dot(&q, &q).sqrt();
+                    q.iter_mut().for_each(|x| *x /= norm);
+                }
+                let mut scratch = Scratch::default();
+                let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
+                // The same walk, then every vector found ranked exactly.
+                let mut walk = Scratch::default();
+                let start = Scored {
+                    distance: dist.walk(&q, store.vector(0).unwrap()),
+                    slot: 0,
+                };
+                let found = search_layer(&store, &dist, &q, start, ef, 0, |_| true, &mut walk);
+                assert_eq!(found.len(), ef);
+                let mut want: Vec<Scored> = found
+                    .iter()
+                    .map(|s| Scored {
+                        distance: dist.exact(&q, store.vector(s.slot).unwrap(), &mut Vec::new()),
+                        slot: s.slot,
+                    })
+                    .collect();
+                want.sort_unstable();
+                want.truncate(k);
+                assert_eq!(got, want, "{metric:?} query {qi}");
+                let ranked = scratch.distance_count - (walk.distance_count + 1);
+                assert!(ranked >= k as u64, "{ranked}");
+                ranked_total += ranked;
+            }
+            // Ranking stops well short of the ef found (about 2k here).
+            assert!(
+                ranked_total < (queries * ef / 2) as u64,
+                "{metric:?}: ranked {ranked_total} of {}",
+                queries * ef
+            );
+        }
     }
 }
