@@ -102,15 +102,19 @@ def dataset_section(r):
     lines.append("")
     lines.append("### Cold open (file evicted from the page cache, fresh process, ef = 64)")
     lines.append("")
+    lines.append("Medians of fresh processes, the systems taking turns; the range is of the cold opens.")
+    lines.append("")
     lines.append(
-        "| system | open, cold (ms) | open again, warm (ms) | first pass QPS | second pass QPS "
-        "| peak RSS (MiB) |"
+        "| system | open, cold (ms) | cold range (ms) | open again, warm (ms) | first pass QPS "
+        "| second pass QPS | peak RSS (MiB) |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for n in names:
         c = r["cold"][n]
+        every = c.get("open_ms_all") or [c["open_ms"]]
+        spread = f"{min(every):.2f} to {max(every):.2f} ({len(every)})"
         lines.append(
-            f"| {n} | {fmt(c['open_ms'], 2)} | {fmt(c.get('open_warm_ms'), 2)} | "
+            f"| {n} | {fmt(c['open_ms'], 2)} | {spread} | {fmt(c.get('open_warm_ms'), 2)} | "
             f"{fmt(c['first_pass_qps'])} | {fmt(c['second_pass_qps'])} | "
             f"{fmt(c['peak_rss_mb'] - c['rss_before_open_mb'])} |"
         )
@@ -178,7 +182,9 @@ def goals(results):
             gib = ours["file_bytes"] / 2**30
             if c.get("open_warm_ms") is not None:
                 rows.append((f"{ds}: open of a {gib:.2f} GiB file < 10 ms, page cache warm", f"{c['open_warm_ms']:.2f} ms", verdict(c["open_warm_ms"] < 10)))
-            rows.append((f"{ds}: open of a {gib:.2f} GiB file < 10 ms, page cache cold", f"{c['open_ms']:.2f} ms", verdict(c["open_ms"] < 10)))
+            n_cold = len(c.get("open_ms_all") or [c["open_ms"]])
+            procs = f"{n_cold} process" if n_cold == 1 else f"{n_cold} processes"
+            rows.append((f"{ds}: open of a {gib:.2f} GiB file < 10 ms, page cache cold (median of {procs})", f"{c['open_ms']:.2f} ms", verdict(c["open_ms"] < 10)))
     lines = ["| goal | measured (Chassis / peer) | |", "|---|---:|---|"]
     lines += [f"| {g} | {m} | {v} |" for g, m, v in rows]
     return lines

@@ -8,7 +8,8 @@ For each dataset:
    per build thread count, each in a fresh process (build time, peak RSS, file size logical and
    allocated);
 2. cold: a fresh process per system evicts the file from the page cache (posix_fadvise), opens
-   it and runs one pass of the queries at ef = 64 (open time, first-pass QPS, peak RSS);
+   it and runs one pass of the queries at ef = 64 (open time, first-pass QPS, peak RSS); five
+   times per system, the systems taking turns, and the median of each figure is reported;
 3. search: one process opens every system's file; for each repetition (the first is a warm-up,
    then `--reps` counted ones) and each ef of the sweep, the systems take turns in a rotating
    order; each turn runs every query once as one single-threaded batch call (QPS) and once one
@@ -26,6 +27,7 @@ import os
 import gc
 import subprocess
 import sys
+import statistics
 import time
 from pathlib import Path
 
@@ -38,6 +40,8 @@ from systems import SYSTEMS  # noqa: E402
 OUT = data.ROOT / "bench" / "target" / "ann"
 EFS = [10, 16, 24, 32, 48, 64, 96, 128, 256, 512]
 K = 10
+# Fresh-process cold opens per system (the median is reported).
+COLD_REPS = 5
 
 
 def status_mb(field):
@@ -349,10 +353,19 @@ def main():
         old = json.loads(previous.read_text()) if a.reuse and previous.exists() else None
         phases = a.phases.split(",")
         if "cold" in phases or old is None:
+            # COLD_REPS fresh processes per system, the systems taking turns in a rotating
+            # order; the median of each figure (one cold open varies by a few ms on a virtual
+            # disk), with every open time kept.
+            samples = {x: [] for x in names}
+            for rep in range(COLD_REPS):
+                for x in names[rep % len(names):] + names[:rep % len(names)]:
+                    print(f"  cold open {x} ({rep + 1}/{COLD_REPS})", file=sys.stderr, flush=True)
+                    samples[x].append(
+                        run_worker(["cold", "--dataset", ds, "--system", x, "--path", paths[x]] + lim))
             cold = {}
-            for x in names:
-                print(f"  cold open {x}", file=sys.stderr, flush=True)
-                cold[x] = run_worker(["cold", "--dataset", ds, "--system", x, "--path", paths[x]] + lim)
+            for x, rows in samples.items():
+                cold[x] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+                cold[x]["open_ms_all"] = [r["open_ms"] for r in rows]
         else:
             cold = old["cold"]
         if "search" not in phases and old is not None:

@@ -1,10 +1,12 @@
 //! The distance kernels at every SIMD level this CPU runs, for the dimensions of the harness's
 //! datasets (128, 384, 1536), on vectors that stay in cache: the kernels' own speed, apart from
 //! memory. Both vectors start on a cache line, as stored vectors and prepared queries do; the
-//! "misaligned" rows move one of them 16 bytes off, as a query in a plain `Vec` may be.
+//! "misaligned" rows move one of them 16 bytes off, as a query in a plain `Vec` may be. The
+//! "halves" rows score a format 4 vector by its high halves (`Distance::walk`), as a search's
+//! walk does: half the bytes, each value widened from bfloat16.
 //! `cargo bench --manifest-path bench/Cargo.toml --bench kernels`
 
-use chassis::graph::Distance;
+use chassis::graph::{Distance, VectorRef};
 use chassis::{Metric, SimdLevel};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 
@@ -29,6 +31,31 @@ fn floats(v: &(Vec<Line>, usize), dims: usize) -> &[f32] {
     &all[v.1..v.1 + dims]
 }
 
+/// Half a cache line of floats' 16-bit halves: a `Vec<HalfLine>` starts on a 64-byte boundary.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct HalfLine([u16; 32]);
+
+/// `v` split as format 4 stores it (every high half, then every low half), on a cache line.
+fn split(v: &[f32]) -> Vec<HalfLine> {
+    let mut lines = vec![HalfLine([0; 32]); (2 * v.len()).div_ceil(32)];
+    let halves = v
+        .iter()
+        .map(|x| (x.to_bits() >> 16) as u16)
+        .chain(v.iter().map(|x| x.to_bits() as u16));
+    for (i, h) in halves.enumerate() {
+        lines[i / 32].0[i % 32] = h;
+    }
+    lines
+}
+
+fn halves(lines: &[HalfLine], dims: usize) -> &[u16] {
+    // SAFETY: HalfLine is repr(C) [u16; 32] (64 bytes, no padding), so its Vec is 32 * len
+    // contiguous initialised u16s; `2 * dims` is within them by construction.
+    let all = unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u16>(), lines.len() * 32) };
+    &all[..2 * dims]
+}
+
 fn bench(c: &mut Criterion) {
     for metric in [Metric::L2Squared, Metric::Cosine] {
         let mut g = c.benchmark_group(format!("kernel {}", metric.name()));
@@ -37,12 +64,19 @@ fn bench(c: &mut Criterion) {
             for (skip, note) in [(0, ""), (4, " misaligned")] {
                 let a = aligned(dims, skip, |i| (i as f32 * 0.37).sin());
                 let (a, b) = (floats(&a, dims), floats(&b, dims));
+                let split_b = split(b);
+                let h = VectorRef::Split(halves(&split_b, dims));
                 for level in SimdLevel::available() {
                     let d = Distance::with_level(metric, level);
                     g.bench_with_input(
                         BenchmarkId::new(format!("{level:?}{note}"), dims),
                         &dims,
                         |bch, _| bch.iter(|| d.eval(black_box(a), black_box(b))),
+                    );
+                    g.bench_with_input(
+                        BenchmarkId::new(format!("{level:?} halves{note}"), dims),
+                        &dims,
+                        |bch, _| bch.iter(|| d.walk(black_box(a), black_box(h))),
                     );
                 }
             }
