@@ -6,6 +6,7 @@
 //! walk does: half the bytes, each value widened from bfloat16.
 //! `cargo bench --manifest-path bench/Cargo.toml --bench kernels`
 
+use chassis::format::vector::{encode, VectorLayout};
 use chassis::graph::{Distance, VectorRef};
 use chassis::{Metric, SimdLevel};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -36,15 +37,14 @@ fn floats(v: &(Vec<Line>, usize), dims: usize) -> &[f32] {
 #[repr(C, align(64))]
 struct HalfLine([u16; 32]);
 
-/// `v` split as format 4 stores it (every high half, then every low half), on a cache line.
+/// `v` split as format 4 stores it (`format::vector::encode`: every high half, then every
+/// low half), on a cache line.
 fn split(v: &[f32]) -> Vec<HalfLine> {
+    let mut bytes = vec![0u8; 4 * v.len()];
+    encode(VectorLayout::SplitHalves, v, &mut bytes);
     let mut lines = vec![HalfLine([0; 32]); (2 * v.len()).div_ceil(32)];
-    let halves = v
-        .iter()
-        .map(|x| (x.to_bits() >> 16) as u16)
-        .chain(v.iter().map(|x| x.to_bits() as u16));
-    for (i, h) in halves.enumerate() {
-        lines[i / 32].0[i % 32] = h;
+    for (i, b) in bytes.chunks_exact(2).enumerate() {
+        lines[i / 32].0[i % 32] = u16::from_le_bytes([b[0], b[1]]);
     }
     lines
 }

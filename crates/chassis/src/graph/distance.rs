@@ -1055,9 +1055,16 @@ mod tests {
 
     /// `v` stored split in halves: the high halves, then the low ones.
     fn split(v: &[f32]) -> Vec<u16> {
-        let mut h: Vec<u16> = v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
-        h.extend(v.iter().map(|x| x.to_bits() as u16));
-        h
+        let mut bytes = vec![0u8; 4 * v.len()];
+        crate::format::vector::encode(
+            crate::format::vector::VectorLayout::SplitHalves,
+            v,
+            &mut bytes,
+        );
+        bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect()
     }
 
     #[test]
