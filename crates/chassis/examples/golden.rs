@@ -1,0 +1,645 @@
+//! Writes one golden file of `crates/chassis/tests/golden/` (issue: format permanence), with
+//! what it must show beside it, and refuses to touch a file that exists.
+//!
+//! Run it through `scripts/golden-new NAME...` (or `cargo run --example golden -- NAME...`);
+//! `--list` prints the recipes. Golden files are written once, by the release of the day, and
+//! checked in; `SHA256SUMS` in the folder lists every one, and `tests/golden.rs` fails if a
+//! file's bytes change, so nobody regenerates them to make a test pass. A format change adds
+//! a recipe here and a new file; it never rewrites an old one.
+//!
+//! Beside `NAME.chassis`, `NAME.json` holds what every later release must show: versions,
+//! counts, every live id, deleted ids, a few stored vectors (f32 values written as f64, so
+//! they read back bit for bit), and for a few queries the exact top 10 (brute force over the
+//! live vectors) that a search at ef 128 returned when the file was written.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chassis::graph::distance::reference;
+use chassis::os::{MemStorage, Storage};
+use chassis::{CompactOptions, Geometry, Index, Metric, Options, VectorLayout};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Results per expected query.
+const K: usize = 10;
+/// Beam width of the expected searches.
+const EF: usize = 128;
+
+/// A seeded xorshift64* (the tests' generator, restated so the example needs no test code).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        let u1 = self.uniform().max(1e-7);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// `n` vectors of `dims` in a few Gaussian clusters, plus `offset` on every component.
+fn clustered(n: usize, dims: usize, seed: u64, offset: f32, spread: f32) -> Vec<Vec<f32>> {
+    let mut rng = Rng::new(seed);
+    let centres: Vec<Vec<f32>> = (0..8)
+        .map(|_| (0..dims).map(|_| rng.normal() * 4.0).collect())
+        .collect();
+    (0..n)
+        .map(|_| {
+            let c = &centres[rng.below(centres.len())];
+            c.iter()
+                .map(|x| offset + spread * (x + rng.normal()))
+                .collect()
+        })
+        .collect()
+}
+
+fn flat(rows: &[Vec<f32>]) -> Vec<f32> {
+    rows.iter().flatten().copied().collect()
+}
+
+/// One recipe: a name, what it holds, and how it is made.
+struct Recipe {
+    name: &'static str,
+    about: &'static str,
+    make: fn(&Path) -> Made,
+}
+
+/// What a recipe made: the file's bytes are at the path; this is what it must show.
+struct Made {
+    /// State as a writer sees it after opening (recovery included).
+    note: &'static str,
+    /// Ids deleted (committed, or by recovery's outcome never live): `get` is NotFound.
+    deleted: Vec<u64>,
+    /// Whether opening as the writer runs recovery, and how many marks it resets.
+    recovery: Option<u64>,
+}
+
+fn recipes() -> Vec<Recipe> {
+    vec![
+        Recipe {
+            name: "f3-l2",
+            about: "format 3 (f32 vectors), squared L2, 1,000 x 24, M 8",
+            make: |p| plain(p, VectorLayout::F32, Metric::L2Squared, 1000, 24, 8, 31),
+        },
+        Recipe {
+            name: "f3-cosine",
+            about: "format 3 (f32 vectors), cosine, 1,200 x 16, M 8",
+            make: |p| plain(p, VectorLayout::F32, Metric::Cosine, 1200, 16, 8, 32),
+        },
+        Recipe {
+            name: "f3-ip",
+            about: "format 3 (f32 vectors), inner product, 1,000 x 32, M 8 (the release that \
+                    wrote it set flag bit 2, exact walk, on format 3 files too)",
+            make: |p| plain(p, VectorLayout::F32, Metric::InnerProduct, 1000, 32, 8, 33),
+        },
+        Recipe {
+            name: "f4-l2",
+            about: "format 4 (split halves), squared L2, 1,000 x 24, M 8",
+            make: |p| {
+                plain(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::L2Squared,
+                    1000,
+                    24,
+                    8,
+                    41,
+                )
+            },
+        },
+        Recipe {
+            name: "f4-cosine",
+            about: "format 4 (split halves), cosine, 1,200 x 16, M 8",
+            make: |p| {
+                plain(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::Cosine,
+                    1200,
+                    16,
+                    8,
+                    42,
+                )
+            },
+        },
+        Recipe {
+            name: "f4-ip",
+            about: "format 4 (split halves), inner product (walked exactly), 1,000 x 32, M 8",
+            make: |p| {
+                plain(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::InnerProduct,
+                    1000,
+                    32,
+                    8,
+                    43,
+                )
+            },
+        },
+        Recipe {
+            name: "f4-64d",
+            about: "format 4, cosine, 700 x 64, M 12 (the widest vectors of the corpus)",
+            make: |p| {
+                plain(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::Cosine,
+                    700,
+                    64,
+                    12,
+                    44,
+                )
+            },
+        },
+        Recipe {
+            name: "f4-exact-walk",
+            about: "format 4, squared L2, 800 x 8 vectors sharing an offset of 100 (too fine \
+                    for high halves: flag bit 2, walked exactly)",
+            make: exact_walk,
+        },
+        Recipe {
+            name: "f4-custom-ids",
+            about: "format 4, squared L2, 900 x 12 under caller-chosen ids up to 2^64 - 2",
+            make: custom_ids,
+        },
+        Recipe {
+            name: "f4-deletes-pending",
+            about: "format 4, squared L2, 8 dims: 600 vectors, a committed delete flush of 40, \
+                    then a flush of 30 adds and 25 deletes that lost power after its delete \
+                    marks (newest header: an intent, pending delete epoch 2)",
+            make: deletes_pending,
+        },
+        Recipe {
+            name: "f4-unflushed-tail",
+            about: "format 4, cosine, 12 dims: 700 vectors committed, then 150 added by a \
+                    writer that was killed before flushing (R > N in the live page, edges into \
+                    the uncommitted slots)",
+            make: unflushed_tail,
+        },
+        Recipe {
+            name: "f4-superseded",
+            about: "format 4, squared L2, 500 x 16 with 20 deletes: the old file of a \
+                    compaction, flag bit 1 (superseded) committed",
+            make: superseded,
+        },
+        Recipe {
+            name: "f4-small-geometry",
+            about: "format 4 in the unit-test geometry (16-slot first segment, 1 KiB heap \
+                    chunks, 4-entry table pages), squared L2, 300 x 8, M 4, 10 deletes: 6 \
+                    segments, 3 heap chunks, 3 table pages",
+            make: small_geometry,
+        },
+        Recipe {
+            name: "f3-small-geometry",
+            about: "format 3 in the unit-test geometry, cosine, 150 x 8, M 4, custom ids, 10 \
+                    deletes",
+            make: small_geometry_f3,
+        },
+        Recipe {
+            name: "f4-empty",
+            about: "format 4, cosine, 16 dims, created and never added to",
+            make: |p| {
+                let ix = Index::create(p, Options::new(16, Metric::Cosine)).unwrap();
+                drop(ix);
+                Made {
+                    note: "empty",
+                    deleted: vec![],
+                    recovery: None,
+                }
+            },
+        },
+    ]
+}
+
+fn options(layout: VectorLayout, metric: Metric, dims: usize, m: usize) -> Options {
+    Options::new(dims, metric)
+        .m(m)
+        .ef_construction(64)
+        .vector_layout(layout)
+}
+
+fn plain(
+    p: &Path,
+    layout: VectorLayout,
+    metric: Metric,
+    n: usize,
+    dims: usize,
+    m: usize,
+    seed: u64,
+) -> Made {
+    let data = clustered(n, dims, seed, 0.0, 1.0);
+    let mut ix = Index::create(p, options(layout, metric, dims, m)).unwrap();
+    ix.add_batch(&flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    Made {
+        note: "all committed",
+        deleted: vec![],
+        recovery: None,
+    }
+}
+
+fn exact_walk(p: &Path) -> Made {
+    let data = clustered(800, 8, 51, 100.0, 0.05);
+    let mut ix = Index::create(
+        p,
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 8),
+    )
+    .unwrap();
+    ix.add_batch(&flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    assert!(
+        ix.info().unwrap().exact_walk,
+        "offset data must be walked exactly"
+    );
+    Made {
+        note: "all committed",
+        deleted: vec![],
+        recovery: None,
+    }
+}
+
+fn custom_ids(p: &Path) -> Made {
+    let data = clustered(900, 12, 52, 0.0, 1.0);
+    let mut ix = Index::create(
+        p,
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 12, 8),
+    )
+    .unwrap();
+    let mut rng = Rng::new(53);
+    let mut ids: Vec<u64> = (0..898).map(|_| rng.next_u64() >> 1).collect();
+    ids.push(u64::MAX - 1);
+    ids.push(0);
+    ix.add_batch_with_ids(&ids, &flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    let deleted = vec![ids[5], ids[77], ids[500]];
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    Made {
+        note: "all committed",
+        deleted,
+        recovery: None,
+    }
+}
+
+fn deletes_pending(p: &Path) -> Made {
+    const CAP: usize = 64 << 20;
+    let data = clustered(630, 8, 61, 0.0, 1.0);
+    let mem = Arc::new(MemStorage::new(CAP).unwrap());
+    let mut ix = Index::create_in(
+        Arc::new(mem.reopen(true)),
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 8),
+    )
+    .unwrap();
+    ix.add_batch(&flat(&data[..600]), 1).unwrap();
+    ix.flush().unwrap();
+    let committed: Vec<u64> = (0..40).map(|i| i * 15).collect();
+    for &id in &committed {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    // The flush that loses power: 30 adds and 25 deletes of committed vectors.
+    ix.add_batch(&flat(&data[600..]), 1).unwrap();
+    for id in (0..25).map(|i| 7 + i * 15) {
+        ix.delete(id).unwrap();
+    }
+    mem.record_durable_history(true);
+    ix.flush().unwrap();
+    drop(ix);
+    let history = mem.durable_history();
+    assert_eq!(history.len(), 3, "intent, marks, commit");
+    // After the second fsync: the intent header is newest and the marks are on disk.
+    let image = &history[1];
+    let copies = [
+        chassis::format::header::Header::decode(&image[..65_536], 0).unwrap(),
+        chassis::format::header::Header::decode(&image[65_536..131_072], 65_536).unwrap(),
+    ];
+    let newest = copies.iter().max_by_key(|h| h.sequence).unwrap();
+    assert_eq!(newest.pending_delete_epoch, 2);
+    write_new(p, image);
+    Made {
+        note: "the state before the interrupted flush: 600 slots, 40 deleted",
+        deleted: committed,
+        recovery: Some(25),
+    }
+}
+
+fn unflushed_tail(p: &Path) -> Made {
+    let data = clustered(850, 12, 71, 0.0, 1.0);
+    let mut ix =
+        Index::create(p, options(VectorLayout::SplitHalves, Metric::Cosine, 12, 8)).unwrap();
+    ix.add_batch(&flat(&data[..700]), 1).unwrap();
+    ix.flush().unwrap();
+    ix.add_batch(&flat(&data[700..]), 1).unwrap();
+    // Killed: everything written stays in the file (the page cache survives a process), no
+    // header counts it.
+    drop(ix);
+    Made {
+        note: "the 700 committed vectors; the 150 unflushed ones are not there",
+        deleted: vec![],
+        recovery: None,
+    }
+}
+
+fn superseded(p: &Path) -> Made {
+    let data = clustered(500, 16, 81, 0.0, 1.0);
+    let mut ix = Index::create(
+        p,
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 16, 8),
+    )
+    .unwrap();
+    ix.add_batch(&flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    let deleted: Vec<u64> = (0..20).map(|i| 3 + i * 21).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    let target = Arc::new(MemStorage::new(64 << 20).unwrap());
+    target.try_lock_exclusive().unwrap();
+    let (new, _) = ix
+        .compact_into(
+            target,
+            CompactOptions {
+                threads: 1,
+                ..CompactOptions::default()
+            },
+        )
+        .unwrap();
+    drop(new);
+    assert!(ix.info().is_ok());
+    Made {
+        note: "the 480 live vectors; the file says it was superseded",
+        deleted,
+        recovery: None,
+    }
+}
+
+fn small_geometry(p: &Path) -> Made {
+    let data = clustered(300, 8, 91, 0.0, 1.0);
+    let opts = options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 4)
+        .geometry(Geometry::small_for_tests(4, 16));
+    let mut ix = Index::create(p, opts).unwrap();
+    ix.add_batch(&flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    let deleted: Vec<u64> = (0..10).map(|i| 2 + i * 29).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    let info = ix.info().unwrap();
+    eprintln!(
+        "small geometry: {} segments, {} heap chunks, {} table pages",
+        info.segments, info.upper_heap_chunks, info.table_pages
+    );
+    Made {
+        note: "all committed",
+        deleted,
+        recovery: None,
+    }
+}
+
+fn small_geometry_f3(p: &Path) -> Made {
+    let data = clustered(150, 8, 92, 0.0, 1.0);
+    let opts =
+        options(VectorLayout::F32, Metric::Cosine, 8, 4).geometry(Geometry::small_for_tests(4, 16));
+    let mut ix = Index::create(p, opts).unwrap();
+    let ids: Vec<u64> = (0..150u64).map(|i| 10_000 + 3 * i).collect();
+    ix.add_batch_with_ids(&ids, &flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    let deleted: Vec<u64> = (0..10).map(|i| ids[1 + i * 14]).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    Made {
+        note: "all committed",
+        deleted,
+        recovery: None,
+    }
+}
+
+/// Writes `bytes` to a path that must not exist.
+fn write_new(p: &Path, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// Reads the finished file back through a read-only writer handle and records what it shows.
+fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> Value {
+    // A copy: opening as the writer may recover, and the golden file must not change.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.chassis");
+    fs::copy(path, &copy).unwrap();
+    let reader = chassis::IndexReader::open(path).unwrap();
+    let snap = reader.snapshot().unwrap();
+    let h = reader.header_of(&snap).clone();
+    let ix = Index::open(&copy).unwrap();
+    assert_eq!(
+        ix.open_report().recovered,
+        made.recovery.is_some(),
+        "{name}: recovery"
+    );
+    if let Some(reset) = made.recovery {
+        assert_eq!(ix.open_report().marks_reset, reset, "{name}: marks reset");
+    }
+    let info = ix.info().unwrap();
+    let ids = ix.ids().unwrap();
+    assert_eq!(ids, reader.ids_in(&snap).unwrap(), "{name}: reader ids");
+    for id in &made.deleted {
+        assert!(!ix.contains(*id).unwrap(), "{name}: {id} deleted");
+    }
+    let metric = ix.metric();
+    let vectors: Vec<(u64, Vec<f32>)> = ids.iter().map(|&i| (i, ix.get(i).unwrap())).collect();
+    let mut sample: Vec<Value> = Vec::new();
+    let step = (ids.len() / 6).max(1);
+    for (id, v) in vectors.iter().step_by(step).take(8) {
+        sample.push(json!({ "id": id, "vector": f64s(v) }));
+    }
+    let mut rng = Rng::new(0x601D);
+    let mut queries = Vec::new();
+    let dims = ix.dims();
+    let mut attempts = 0;
+    while queries.len() < 5 && !vectors.is_empty() {
+        attempts += 1;
+        assert!(
+            attempts < 100,
+            "{name}: no query the search answers exactly"
+        );
+        // Near a stored vector (a real query's situation), or anywhere in its range.
+        let base = &vectors[rng.below(vectors.len())].1;
+        let other = &vectors[rng.below(vectors.len())].1;
+        let q: Vec<f32> = if queries.len() % 2 == 0 {
+            base.iter()
+                .map(|x| x + 0.01 * x.abs().max(1.0) * rng.normal())
+                .collect()
+        } else {
+            // Between two stored vectors.
+            (0..dims).map(|j| 0.5 * (base[j] + other[j])).collect()
+        };
+        if metric == Metric::Cosine && q.iter().all(|&x| x == 0.0) {
+            continue;
+        }
+        let qs = if metric == Metric::Cosine {
+            let n = reference::dot(&q, &q).sqrt();
+            q.iter().map(|x| x / n).collect()
+        } else {
+            q.clone()
+        };
+        let mut truth: Vec<(f32, u64)> = vectors
+            .iter()
+            .map(|(id, v)| (reference::distance(metric, &qs, v), *id))
+            .collect();
+        truth.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        truth.truncate(K);
+        // Exact answers only where no two are nearly tied (so any later kernel agrees).
+        let tied = truth
+            .windows(2)
+            .any(|w| (w[1].0 - w[0].0).abs() <= 1e-4 * w[1].0.abs().max(1e-3));
+        if tied {
+            continue;
+        }
+        let hits = ix.search(&q, K, EF).unwrap();
+        let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
+        let want: Vec<u64> = truth.iter().map(|t| t.1).collect();
+        let by_reader: Vec<u64> = reader
+            .search_in(&snap, &q, K, EF)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        if got != want || by_reader != want {
+            continue;
+        }
+        queries.push(json!({
+            "vector": f64s(&q),
+            "ids": want,
+            "distances": truth.iter().map(|t| f64::from(t.0)).collect::<Vec<_>>(),
+        }));
+    }
+    json!({
+        "name": name,
+        "about": about,
+        "state": made.note,
+        "written_by": format!("chassis {} at commit {}", env!("CARGO_PKG_VERSION"), commit()),
+        "read_version": h.read_version,
+        "write_version": h.write_version,
+        "flags": h.flags,
+        "vector_layout": match info.vector_layout { VectorLayout::F32 => "f32", VectorLayout::SplitHalves => "split_halves" },
+        "dims": info.dims,
+        "metric": metric.name(),
+        "m": info.m,
+        "ef_construction": info.ef_construction,
+        "custom_ids": info.custom_ids,
+        "committed_count": h.committed_count,
+        "pending_delete_epoch": h.pending_delete_epoch,
+        "recovery": made.recovery.map(|r| json!({ "marks_reset": r })),
+        "count": ids.len(),
+        "ids": ids,
+        "deleted_ids": made.deleted,
+        "get": sample,
+        "k": K,
+        "ef": EF,
+        "queries": queries,
+    })
+}
+
+fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all = recipes();
+    if args.is_empty() || args[0] == "--list" {
+        for r in &all {
+            println!("{:<20} {}", r.name, r.about);
+        }
+        return;
+    }
+    let dir = golden_dir();
+    fs::create_dir_all(&dir).unwrap();
+    for name in &args {
+        let Some(r) = all.iter().find(|r| r.name == name) else {
+            eprintln!("golden: no recipe named {name} (see --list)");
+            std::process::exit(2);
+        };
+        let file = dir.join(format!("{name}.chassis"));
+        let expect = dir.join(format!("{name}.json"));
+        if file.exists() || expect.exists() {
+            eprintln!(
+                "golden: {} exists; golden files are never rewritten (add a new recipe)",
+                file.display()
+            );
+            std::process::exit(1);
+        }
+        let made = (r.make)(&file);
+        let bytes = fs::read(&file).unwrap();
+        assert!(bytes.len() <= 1 << 20, "{name}: {} bytes", bytes.len());
+        let value = expectations(name, r.about, &file, &made);
+        assert_eq!(
+            fs::read(&file).unwrap(),
+            bytes,
+            "{name}: reading changed the file"
+        );
+        let mut text = serde_json::to_string_pretty(&value).unwrap();
+        text.push('\n');
+        write_new(&expect, text.as_bytes());
+        let mut sums = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("SHA256SUMS"))
+            .unwrap();
+        for p in [&file, &expect] {
+            let digest = Sha256::digest(fs::read(p).unwrap());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let base = p.file_name().unwrap().to_string_lossy();
+            writeln!(sums, "{hex}  {base}").unwrap();
+        }
+        println!(
+            "wrote {} ({} bytes) and {}",
+            file.display(),
+            bytes.len(),
+            expect.display()
+        );
+    }
+}
