@@ -456,6 +456,7 @@ pub unsafe extern "C" fn chassis_compact(
             m: (m != 0).then_some(m),
             ef_construction: (ef_construction != 0).then_some(ef_construction),
             threads: 0,
+            vector_layout: None,
         })?;
         Ok(())
     })

@@ -44,6 +44,10 @@ enum Command {
         /// Beam width while building.
         #[arg(long, default_value_t = chassis::DEFAULT_EF_CONSTRUCTION)]
         ef_construction: usize,
+        /// File format: 4 (split halves, walked faster; the default) or 3 (f32 vectors, for
+        /// files that releases reading only format 3 must open).
+        #[arg(long, value_parser = parse_format, default_value = "4")]
+        format: chassis::VectorLayout,
     },
     /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
@@ -223,6 +227,10 @@ enum Command {
         /// Threads linking the rebuilt graph (0: every core; 1: the same graph every run).
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Format of the new file: 3 (f32 vectors, readable by releases that read only
+        /// format 3) or 4 (split halves). Default: keep the file's.
+        #[arg(long, value_parser = parse_format)]
+        format: Option<chassis::VectorLayout>,
     },
     /// Convert an index from another library into a new Chassis file.
     #[command(
@@ -271,6 +279,16 @@ enum Command {
     },
 }
 
+fn parse_format(s: &str) -> Result<chassis::VectorLayout, String> {
+    match s {
+        "3" => Ok(chassis::VectorLayout::F32),
+        "4" => Ok(chassis::VectorLayout::SplitHalves),
+        _ => Err(format!(
+            "unknown format '{s}' (3: f32 vectors; 4: split halves, the default)"
+        )),
+    }
+}
+
 fn parse_metric(s: &str) -> Result<Metric, String> {
     Metric::parse(s).ok_or_else(|| format!("unknown metric '{s}' (use cosine, l2 or ip)"))
 }
@@ -297,10 +315,12 @@ fn run(cli: Cli) -> Result<()> {
             metric,
             m,
             ef_construction,
+            format,
         } => {
             let opts = Options::new(dims, metric)
                 .m(m)
-                .ef_construction(ef_construction);
+                .ef_construction(ef_construction)
+                .vector_layout(format);
             Index::create(&path, opts)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             println!(
@@ -376,6 +396,7 @@ fn run(cli: Cli) -> Result<()> {
             m,
             ef_construction,
             threads,
+            format,
         } => {
             let mut index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -387,6 +408,7 @@ fn run(cli: Cli) -> Result<()> {
                         m,
                         ef_construction,
                         threads,
+                        vector_layout: format,
                     },
                     |done, _| bar.set_position(done as u64),
                 )

@@ -756,3 +756,118 @@ fn check_reports_a_corrupted_index_and_bench_measures() {
     let out = chassis(&["check", &p("junk.chassis")]);
     assert_eq!(out.status.code(), Some(3));
 }
+
+/// The golden corpus (crates/chassis/tests/golden/, written once by earlier releases) through
+/// the command: info, get, search, check and export read each file as its `.json` says; delete
+/// and compact on a copy keep its read and write versions.
+#[test]
+fn golden_files_through_the_command() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../chassis/tests/golden");
+    let sums = std::fs::read_to_string(golden.join("SHA256SUMS")).unwrap();
+    let names: Vec<&str> = sums
+        .lines()
+        .filter_map(|l| l.split_once("  ")?.1.strip_suffix(".chassis"))
+        .collect();
+    assert!(names.len() >= 15);
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        let file = golden.join(format!("{name}.chassis"));
+        let f = file.to_str().unwrap();
+        let expect: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(golden.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let versions = (
+            expect["read_version"].clone(),
+            expect["write_version"].clone(),
+        );
+        let info: serde_json::Value = serde_json::from_str(&ok(&["info", f, "--json"])).unwrap();
+        assert_eq!(
+            (info["read_version"].clone(), info["write_version"].clone()),
+            versions
+        );
+        assert_eq!(info["count"], expect["count"], "{name}");
+        assert_eq!(info["dims"], expect["dims"], "{name}");
+        assert_eq!(info["metric"], expect["metric"], "{name}");
+        for g in expect["get"].as_array().unwrap() {
+            let id = g["id"].to_string();
+            let line: serde_json::Value =
+                serde_json::from_str(&ok(&["get", f, &id, "--json"])).unwrap();
+            let got: Vec<u32> = line["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x.as_f64().unwrap() as f32).to_bits())
+                .collect();
+            let want: Vec<u32> = g["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x.as_f64().unwrap() as f32).to_bits())
+                .collect();
+            assert_eq!(got, want, "{name}: get {id}");
+        }
+        let (k, ef) = (expect["k"].to_string(), expect["ef"].to_string());
+        for q in expect["queries"].as_array().unwrap() {
+            let v: Vec<String> = q["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x.as_f64().unwrap() as f32).to_string())
+                .collect();
+            let out = ok(&[
+                "search",
+                f,
+                "--vector",
+                &v.join(","),
+                "-k",
+                &k,
+                "--ef",
+                &ef,
+                "--json",
+            ]);
+            let hits: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(hits["ids"], q["ids"], "{name}: search");
+        }
+        // check: nothing wrong, or only vectors the writing release left unreachable (see
+        // tests/golden.rs in the library).
+        let out = chassis(&["check", f]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => {}
+            Some(3) => assert!(
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .all(|l| l.contains("unreachable") || l.contains("problem(s) found")),
+                "{name}: {text}"
+            ),
+            c => panic!("{name}: check exited {c:?}: {text}"),
+        }
+        let npy = dir.path().join(format!("{name}.npy"));
+        ok(&["export", f, npy.to_str().unwrap()]);
+        let bytes = std::fs::read(&npy).unwrap();
+        let count = expect["count"].as_u64().unwrap() as usize;
+        let dims = expect["dims"].as_u64().unwrap() as usize;
+        assert!(bytes.len() >= 4 * count * dims, "{name}: export");
+
+        // Writes on a copy keep the versions.
+        let copy = dir.path().join(format!("{name}.chassis"));
+        std::fs::copy(&file, &copy).unwrap();
+        let c = copy.to_str().unwrap();
+        if let Some(id) = expect["ids"].as_array().unwrap().first() {
+            ok(&["delete", c, &id.to_string()]);
+        }
+        ok(&["compact", c, "--threads", "1"]);
+        let info: serde_json::Value = serde_json::from_str(&ok(&["info", c, "--json"])).unwrap();
+        assert_eq!(
+            (info["read_version"].clone(), info["write_version"].clone()),
+            versions
+        );
+        assert_eq!(
+            info["count"].as_u64().unwrap() as usize,
+            count.saturating_sub(1),
+            "{name}"
+        );
+    }
+}

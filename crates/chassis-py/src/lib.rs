@@ -18,7 +18,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
+use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options, VectorLayout};
 
 create_exception!(
     _chassis,
@@ -171,6 +171,25 @@ fn metric_of(s: &str) -> PyResult<Metric> {
     })
 }
 
+/// The vector layout of a file format: 3 (f32 vectors) or 4 (split halves).
+fn layout_of(format: u32) -> PyResult<VectorLayout> {
+    match format {
+        3 => Ok(VectorLayout::F32),
+        4 => Ok(VectorLayout::SplitHalves),
+        f => Err(InvalidArgumentError::new_err(format!(
+            "format must be 3 (f32 vectors) or 4 (split halves), got {f}"
+        ))),
+    }
+}
+
+/// The file format a vector layout belongs to.
+fn format_of(layout: VectorLayout) -> u32 {
+    match layout {
+        VectorLayout::F32 => 3,
+        VectorLayout::SplitHalves => 4,
+    }
+}
+
 #[pymethods]
 impl RawIndex {
     #[staticmethod]
@@ -181,10 +200,12 @@ impl RawIndex {
         metric: &str,
         m: usize,
         ef_construction: usize,
+        format: u32,
     ) -> PyResult<RawIndex> {
         let opts = Options::new(dims, metric_of(metric)?)
             .m(m)
-            .ef_construction(ef_construction);
+            .ef_construction(ef_construction)
+            .vector_layout(layout_of(format)?);
         let p = path.clone();
         let ix = py
             .allow_threads(|| Index::create(&p, opts))
@@ -342,13 +363,16 @@ impl RawIndex {
         m: Option<usize>,
         ef_construction: Option<usize>,
         threads: usize,
+        format: Option<u32>,
     ) -> PyResult<()> {
+        let vector_layout = format.map(layout_of).transpose()?;
         py.allow_threads(|| {
             self.with_writer(|ix| {
                 ix.compact(CompactOptions {
                     m,
                     ef_construction,
                     threads,
+                    vector_layout,
                 })
                 .map(|_| ())
             })
@@ -457,6 +481,9 @@ impl RawIndex {
                 d.set_item("custom_ids", i.custom_ids)?;
                 d.set_item("read_only", i.read_only.is_some())?;
                 d.set_item("pending_changes", ix.has_pending_changes())?;
+                d.set_item("read_version", i.versions.0)?;
+                d.set_item("write_version", i.versions.1)?;
+                d.set_item("format", format_of(i.vector_layout))?;
             }
             Some(Inner::Reader(r)) => {
                 let snap = r.snapshot().map_err(to_py)?;
@@ -475,6 +502,9 @@ impl RawIndex {
                 d.set_item("segments", h.segment_count)?;
                 d.set_item("custom_ids", h.flags & 1 != 0)?;
                 d.set_item("read_only", true)?;
+                d.set_item("read_version", h.read_version)?;
+                d.set_item("write_version", h.write_version)?;
+                d.set_item("format", format_of(h.layout()))?;
             }
             None => return Err(closed()),
         }

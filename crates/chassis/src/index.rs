@@ -49,6 +49,10 @@ pub struct CompactOptions {
     /// Threads that link the rebuilt graph, as in [`Index::add_batch`] (0, the default: one
     /// per CPU; 1: the same graph on every run).
     pub threads: usize,
+    /// The new file's vector layout; `None` keeps the index's own (a format 3 file stays
+    /// format 3, so the releases that read only format 3 still open it).
+    /// `Some(VectorLayout::SplitHalves)` turns a format 3 file into format 4.
+    pub vector_layout: Option<VectorLayout>,
 }
 
 /// What a compaction did.
@@ -205,6 +209,18 @@ impl Options {
             geometry,
             layout: self.vector_layout,
         })
+    }
+}
+
+/// Why this release must not modify a file with this header, if it must not: a newer write
+/// version, or flag bits it doesn't know (decision 7; docs/FORMAT.md, "Compatibility").
+fn not_ours_to_write(h: &Header) -> Option<&'static str> {
+    if h.write_version > format::WRITE_VERSION {
+        Some("the file's write version is newer than this release")
+    } else if h.flags & !header::KNOWN_FLAGS != 0 {
+        Some("the file has flag bits this release does not know")
+    } else {
+        None
     }
 }
 
@@ -540,13 +556,19 @@ impl Index {
     /// the `Index`. A second writer gets [`Error::Locked`] at once. A file whose write version
     /// is newer than this release opens read-only, as SQLite does, and without the lock (the
     /// newer release's writer must still be able to open it).
+    ///
+    /// A file with flag bits this release doesn't know opens read-only the same way: rewriting
+    /// its header would drop a bit whose meaning this release can't keep (docs/FORMAT.md,
+    /// "Compatibility").
     pub fn open(path: impl AsRef<Path>) -> Result<Index> {
         let path = path.as_ref();
         let storage = Index::open_locked(path)?;
         let (current, _) = crate::storage::read_current_header(&storage)?;
-        if current.write_version > format::WRITE_VERSION {
+        if not_ours_to_write(&current).is_some() {
+            // Without the lock: the newer release's writer must still be able to open it.
             drop(storage);
-            return Index::open_read_only(path);
+            let storage = FileStorage::open(path, false)?;
+            return Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true);
         }
         Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
     }
@@ -608,11 +630,10 @@ impl Index {
     ) -> Result<Index> {
         // Headers first: a file with a newer write version must not be mapped for writing.
         let (current, _) = crate::storage::read_current_header(&*storage)?;
-        let newer = current.write_version > format::WRITE_VERSION;
-        let read_only = match (write, newer) {
+        let read_only = match (write, not_ours_to_write(&current)) {
             (false, _) => Some("opened read-only"),
-            (true, true) => Some("the file's write version is newer than this release"),
-            (true, false) => None,
+            (true, Some(why)) => Some(why),
+            (true, None) => None,
         };
         let store = Store::open(storage, read_only.is_none())?;
         Index::from_store(store, path, read_only)
@@ -648,8 +669,14 @@ impl Index {
             // A writer that finds "superseded" on the file at its path is looking at a file a
             // compaction marked but never renamed over (it stopped between the two): the file
             // is complete and current, and the writer's next commit clears the flag.
+            // Exact walk means nothing on a format 3 file (earlier releases set it there on
+            // inner-product files); the writer's next commit drops it.
             flags: if read_only.is_none() {
-                h.flags & !header::FLAG_SUPERSEDED
+                let mut f = h.flags & !header::FLAG_SUPERSEDED;
+                if h.layout() == VectorLayout::F32 {
+                    f &= !header::FLAG_EXACT_WALK;
+                }
+                f
             } else {
                 h.flags
             },
@@ -1221,7 +1248,11 @@ impl Index {
             Some((ep, l)) => (ep, l as u32),
             None => (header::NO_ENTRY, 0),
         };
-        if self.walk.forced.load(AtomicOrdering::Relaxed) {
+        // The bit is defined for split vectors only (format 4); on a format 3 file it would
+        // mean nothing (releases before this one set it there anyway: it is ignored).
+        if self.walk.forced.load(AtomicOrdering::Relaxed)
+            && self.store.layout() == VectorLayout::SplitHalves
+        {
             self.flags |= header::FLAG_EXACT_WALK;
         }
         let next = Header {
@@ -1339,6 +1370,7 @@ impl Index {
             )
             .seed(self.seed);
         opts.max_layers = self.params.max_layers;
+        opts.vector_layout = options.vector_layout.unwrap_or(self.store.layout());
         if m == self.params.m {
             opts = opts.geometry(self.store.header().geometry);
         }

@@ -123,6 +123,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
         m: Some(24),
         ef_construction: Some(100),
         threads: 1,
+        vector_layout: None,
     })
     .unwrap();
     let info = ix.info().unwrap();

@@ -46,6 +46,7 @@ fn child(dir: &Path, seed: u64) {
             m: Some(m),
             ef_construction: Some(40),
             threads: 2,
+            vector_layout: None,
         })
         .unwrap();
         write_atomic(&dir.join("phase"), "flushing");

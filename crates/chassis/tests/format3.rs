@@ -1,6 +1,7 @@
 //! A format 3 file written by the last release that wrote format 3
 //! (`tests/fixtures/format3/`, see its README): this release reads it, keeps writing it as
-//! format 3 (so older releases still open it), and compacts it into format 4.
+//! format 3 (so older releases still open it), compacts it as format 3, and into format 4
+//! when asked.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -74,13 +75,26 @@ fn a_format_3_file_reads_writes_and_compacts() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     drop(ix);
 
-    // Compact: the new file is format 4 and holds the same vectors bit for bit.
+    // Compact, keeping the layout (the default): still format 3, for older releases.
     let mut ix = Index::open(&path).unwrap();
     // One thread: the same graph on every run. This data is chains of near-duplicates (vector
     // i and i + 17 are 0.00028 apart), on which a graph linked by several threads sometimes
     // misses a vector's own top-1 at ef 32, in format 3 as in format 4.
     ix.compact(CompactOptions {
         threads: 1,
+        ..CompactOptions::default()
+    })
+    .unwrap();
+    let info = ix.info().unwrap();
+    assert_eq!(info.versions, (3, 3));
+    assert_eq!(info.vector_layout, VectorLayout::F32);
+    assert_eq!(ix.len(), 297);
+    assert_eq!(ix.get(99).unwrap(), extra);
+
+    // Compact into format 4 when asked: the same vectors bit for bit.
+    ix.compact(CompactOptions {
+        threads: 1,
+        vector_layout: Some(VectorLayout::SplitHalves),
         ..CompactOptions::default()
     })
     .unwrap();

@@ -126,6 +126,7 @@ fn run(path: &Path, ops: &[Op]) -> Result<(), TestCaseError> {
                     m,
                     ef_construction: None,
                     threads: 1,
+                    vector_layout: None,
                 })
                 .unwrap();
                 flushed = model.clone();

@@ -418,6 +418,7 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
             m: Some(12),
             ef_construction: None,
             threads: 1,
+            vector_layout: None,
         },
     );
     let (nix, report) = match compacted {

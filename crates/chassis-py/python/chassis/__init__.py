@@ -142,15 +142,22 @@ class Index:
         metric: str = "cosine",
         M: int = 16,
         ef_construction: int = 200,
+        format: int = 4,
     ) -> "Index":
         """Create a new index file at ``path`` (which must not exist) and open it as the writer.
 
         ``metric`` is ``"cosine"`` (vectors are normalised when stored; distance 1 - cos),
         ``"l2"`` (squared Euclidean) or ``"ip"`` (distance 1 - inner product); it is fixed for
         the life of the file. ``M`` is the neighbors per node (layer 0 keeps 2M);
-        ``ef_construction`` the beam width while building.
+        ``ef_construction`` the beam width while building. ``format`` 4 (the default) stores
+        vectors as split halves, which searches walk faster; 3 stores plain f32 vectors, for
+        files that releases reading only format 3 must open.
         """
-        return cls._wrap(_RawIndex.create(str(path), int(dims), metric, int(M), int(ef_construction)))
+        return cls._wrap(
+            _RawIndex.create(
+                str(path), int(dims), metric, int(M), int(ef_construction), int(format)
+            )
+        )
 
     @classmethod
     def open(cls, path, read_only: bool = False) -> "Index":
@@ -248,14 +255,19 @@ class Index:
         self._raw.flush()
 
     def compact(
-        self, M: int | None = None, ef_construction: int | None = None, threads: int = 0
+        self,
+        M: int | None = None,
+        ef_construction: int | None = None,
+        threads: int = 0,
+        format: int | None = None,
     ) -> None:
         """Rewrite the index into a new file with only its live vectors and a rebuilt graph,
         then rename it over the path: reclaims deleted vectors' space and is the only way to
         change ``M``. Flushes first; every id survives. Needs free space for a second copy.
         ``threads`` link the rebuilt graph as in ``add`` (0: one per CPU; 1: the same graph
-        on every run). Readers in other processes move to the new file by themselves."""
-        self._raw.compact(M, ef_construction, threads)
+        on every run). ``format``: 3 or 4 for the new file (default: keep the file's).
+        Readers in other processes move to the new file by themselves."""
+        self._raw.compact(M, ef_construction, threads, None if format is None else int(format))
 
     def info(self) -> dict:
         """Counts, parameters and file details as a dict."""
