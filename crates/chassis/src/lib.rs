@@ -17,7 +17,7 @@
 //! # Ok::<(), chassis::Error>(())
 //! ```
 //!
-//! Layers, imports pointing down only: [`os`] (the only code touching the OS), [`format`]
+//! Layers, imports pointing down only: [`os`] (the only code touching the OS), [`format`](mod@format)
 //! (pure byte layouts), [`storage`] (regions and the commit protocol), [`graph`] (HNSW over a
 //! trait, no files), then [`Index`].
 
@@ -27,6 +27,7 @@
 mod error;
 pub mod format;
 pub mod graph;
+mod idmap;
 mod index;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
@@ -34,6 +35,7 @@ pub mod mutants;
 #[cfg(not(feature = "mutants"))]
 mod mutants;
 pub mod os;
+mod query;
 mod reader;
 pub mod storage;
 
@@ -43,7 +45,8 @@ pub use format::vector::VectorLayout;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{
     compacting_path, migrating_path, CheckReport, CompactOptions, CompactReport, Index, Info,
-    Neighbor, OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
-    DEFAULT_MAX_LAYERS, DEFAULT_SEED,
+    OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M, DEFAULT_MAX_LAYERS,
+    DEFAULT_SEED,
 };
+pub use query::Neighbor;
 pub use reader::{IndexReader, ReaderStats, Snapshot, HEADER_REREADS};

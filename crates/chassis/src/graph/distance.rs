@@ -40,6 +40,30 @@ impl Metric {
         }
     }
 
+    /// The metric's code in a file header (docs/FORMAT.md: 0 squared L2, 1 cosine, 2 inner
+    /// product).
+    pub fn code(self) -> u32 {
+        match self {
+            Metric::L2Squared => crate::format::header::METRIC_L2_SQUARED,
+            Metric::Cosine => crate::format::header::METRIC_COSINE,
+            Metric::InnerProduct => crate::format::header::METRIC_INNER_PRODUCT,
+        }
+    }
+
+    /// The metric a header code names; an unknown code is corruption.
+    pub fn from_code(c: u32) -> crate::Result<Metric> {
+        use crate::format::header;
+        match c {
+            header::METRIC_L2_SQUARED => Ok(Metric::L2Squared),
+            header::METRIC_COSINE => Ok(Metric::Cosine),
+            header::METRIC_INNER_PRODUCT => Ok(Metric::InnerProduct),
+            _ => Err(crate::Error::corrupt(
+                format!("unknown metric code {c}"),
+                header::at::METRIC as u64,
+            )),
+        }
+    }
+
     /// Parses `l2`, `cosine` or `ip` (and a few spellings of each).
     pub fn parse(s: &str) -> Option<Metric> {
         match s.to_ascii_lowercase().as_str() {

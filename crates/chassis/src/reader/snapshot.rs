@@ -1,8 +1,4 @@
-//! [`IndexReader`]: searches from any process, without a lock, while one writer works
-//! (ADR-0008 decision 5).
-//!
-//! A reader opens the file read-only and never writes, locks or recovers. Every search takes a
-//! [`Snapshot`]:
+//! Taking a [`Snapshot`] (ADR-0008 decision 5), the protocol every reader search starts with:
 //!
 //! 1. copy both header copies word by word (the writer stores them as aligned u64 words after a
 //!    release fence) into local memory, verify each checksum on the copy, re-read a copy that
@@ -18,59 +14,49 @@
 //! 4. when neither header copy's sequence or checksum word nor the live page's words changed,
 //!    reuse the previous snapshot (the fast path: a mutex and eight atomic loads).
 //!
-//! A search traverses slots below R but returns only slots below N whose deleted epoch is 0 or
-//! above E. Records at or past N are hints: they may be rewritten under the reader by a
-//! restarted writer, so anything that fails to decode is skipped (every access is
-//! bounds-checked), and their contents never reach a result.
-//!
 //! Invariants: a snapshot's N, E, entry point and region list never change once built; its
 //! committed regions (index below the header's counts) are never remapped; a snapshot's
 //! sequence never decreases across the snapshots one reader hands out.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
-use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
-use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::header::{self, Header};
+use crate::format::vector::VectorLayout;
 use crate::format::{self, align_region, live, record, table, DATA_START};
-use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
-use crate::index::{metric_from_code, prepare_vector, IdHashBuilder, Neighbor};
+use crate::graph::Metric;
 use crate::os::{FileIdentity, FileStorage, Region, Storage};
+
+use super::{lock, IndexReader};
 
 /// How many times a snapshot re-reads a header copy that fails its checksum before treating
 /// it as invalid (the writer rewrites a copy in well under a microsecond).
 pub const HEADER_REREADS: u32 = 64;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A mapped region and where it is in the file.
 #[derive(Clone, Debug)]
-struct Mapped {
-    offset: u64,
-    region: Region,
+pub(super) struct Mapped {
+    pub(super) offset: u64,
+    pub(super) region: Region,
 }
 
 /// The regions a snapshot reads: segments and upper-heap chunks, in table order.
 #[derive(Debug, Default)]
-struct Regions {
-    segments: Vec<(SegmentLayout, Mapped)>,
-    upper_chunks: Vec<Mapped>,
+pub(super) struct Regions {
+    pub(super) segments: Vec<(SegmentLayout, Mapped)>,
+    pub(super) upper_chunks: Vec<Mapped>,
 }
 
 /// One consistent view of the file: a committed header, the routing count R, and the regions
 /// mapped when it was taken. Cheap to clone (an `Arc`).
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    header: Arc<Header>,
-    routing: u32,
-    regions: Arc<Regions>,
-    file: Arc<ReaderFile>,
+    pub(super) header: Arc<Header>,
+    pub(super) routing: u32,
+    pub(super) regions: Arc<Regions>,
+    pub(super) file: Arc<ReaderFile>,
 }
 
 impl Snapshot {
@@ -119,23 +105,20 @@ impl Snapshot {
     }
 }
 
-/// The custom-id table of one file: (file generation, slots scanned, id → newest slot).
-type IdTable = (u64, u64, HashMap<u64, u32, IdHashBuilder>);
-
 /// One open file: a reader moves to a new one when a compaction replaces the file at its path.
-struct ReaderFile {
-    storage: Arc<dyn Storage>,
-    meta: Region,
-    m: u32,
-    geometry: Geometry,
+pub(super) struct ReaderFile {
+    pub(super) storage: Arc<dyn Storage>,
+    pub(super) meta: Region,
+    pub(super) m: u32,
+    pub(super) geometry: Geometry,
     /// How the file stores vectors (fixed for its life; a replacing file may differ).
-    layout: VectorLayout,
-    record_bytes: u64,
-    ef_construction: u32,
+    pub(super) layout: VectorLayout,
+    pub(super) record_bytes: u64,
+    pub(super) ef_construction: u32,
     /// Which file on disk (None for storage without a path).
-    identity: Option<FileIdentity>,
+    pub(super) identity: Option<FileIdentity>,
     /// Counts the files this reader has had open.
-    generation: u64,
+    pub(super) generation: u64,
 }
 
 impl std::fmt::Debug for ReaderFile {
@@ -148,7 +131,7 @@ impl std::fmt::Debug for ReaderFile {
 }
 
 impl ReaderFile {
-    fn open(
+    pub(super) fn open(
         storage: Arc<dyn Storage>,
         generation: u64,
         counters: &Counters,
@@ -184,22 +167,22 @@ impl ReaderFile {
 
 /// Mutable state behind the reader's mutex: the open file, the last snapshot and what it was
 /// built from.
-struct Cache {
-    file: Arc<ReaderFile>,
+pub(super) struct Cache {
+    pub(super) file: Arc<ReaderFile>,
     /// Fast-path snapshots since the last slow one (every so often the slow path runs anyway,
     /// to notice a file replaced without the superseded flag).
-    fast_streak: u32,
-    last: Option<Snapshot>,
+    pub(super) fast_streak: u32,
+    pub(super) last: Option<Snapshot>,
     /// Sequence and checksum words of copies A and B when the last header was read.
-    header_words: [u64; 4],
+    pub(super) header_words: [u64; 4],
     /// Live page words (R, segment count, upper chunk count, table page count) last seen.
-    live_words: [u64; 4],
+    pub(super) live_words: [u64; 4],
     /// Table pages by position in the writer's list: kind and mapping.
-    table_pages: Vec<(u32, Mapped)>,
+    pub(super) table_pages: Vec<(u32, Mapped)>,
 }
 
 impl Cache {
-    fn new(file: Arc<ReaderFile>) -> Cache {
+    pub(super) fn new(file: Arc<ReaderFile>) -> Cache {
         Cache {
             file,
             fast_streak: 0,
@@ -216,266 +199,17 @@ const LINK_CHECK_EVERY: u32 = 1024;
 
 /// Counters for tests and `chassis info`: what snapshots cost.
 #[derive(Debug, Default)]
-struct Counters {
-    snapshots: AtomicU64,
-    fast: AtomicU64,
-    header_reads: AtomicU64,
-    rereads: AtomicU64,
-    maps: AtomicU64,
-    remaps: AtomicU64,
-    reopens: AtomicU64,
-}
-
-/// What a reader's snapshots have done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReaderStats {
-    /// Snapshots taken.
-    pub snapshots: u64,
-    /// Snapshots that reused the previous one (nothing changed).
-    pub fast: u64,
-    /// Times both header copies were copied and verified.
-    pub header_reads: u64,
-    /// Re-reads of a copy that failed its checksum.
-    pub rereads: u64,
-    /// Regions mapped.
-    pub maps: u64,
-    /// Uncommitted regions remapped because their table entry changed.
-    pub remaps: u64,
-    /// Moves to a new file that replaced the old one at the path (compaction).
-    pub reopens: u64,
-}
-
-/// A read-only view of an index file that follows its writer: every search runs on a fresh
-/// snapshot of what is committed, routing through what the writer has added since.
-///
-/// Open it in as many processes and threads as you like, also while an [`crate::Index`] holds
-/// the file's lock; it takes no lock, never writes, and never runs recovery.
-pub struct IndexReader {
-    path: Option<PathBuf>,
-    dims: u32,
-    metric: Metric,
-    dist: Distance,
-    cache: Mutex<Cache>,
-    scratch: Mutex<Vec<Scratch>>,
-    /// Distance computations made by searches on this handle (for benchmarks).
-    search_distances: AtomicU64,
-    /// The custom-id table: (file generation, slots scanned, id → newest slot).
-    ids: Mutex<Option<IdTable>>,
-    counters: Counters,
-    routing: AtomicBool,
-}
-
-impl std::fmt::Debug for IndexReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IndexReader")
-            .field("path", &self.path)
-            .field("dims", &self.dims)
-            .field("metric", &self.metric)
-            .finish()
-    }
-}
-
-/// The graph as one snapshot sees it.
-struct View<'a> {
-    reader: &'a IndexReader,
-    snap: &'a Snapshot,
-    /// Slots a search may traverse: R, or N with routing off.
-    routing: u32,
-}
-
-impl<'a> View<'a> {
-    fn new(reader: &'a IndexReader, snap: &'a Snapshot) -> View<'a> {
-        let routing = if reader.routing.load(Ordering::Relaxed) {
-            snap.routing
-        } else {
-            snap.header.committed_count.min(u64::from(u32::MAX)) as u32
-        };
-        View {
-            reader,
-            snap,
-            routing,
-        }
-    }
-
-    #[inline]
-    fn place(&self, slot: u32) -> Option<(&SegmentLayout, &Region, u64)> {
-        let (k, off) = self.snap.file.geometry.locate(u64::from(slot));
-        let (layout, m) = self.snap.regions.segments.get(k as usize)?;
-        Some((layout, &m.region, off))
-    }
-
-    fn slot_word(&self, slot: u32, field: u64) -> Option<u64> {
-        let (layout, region, off) = self.place(slot)?;
-        let at = layout.headers_at + off * record::SLOT_HEADER_BYTES + field;
-        region.u64_at(at).ok().map(|w| w.load(Ordering::Relaxed))
-    }
-
-    /// Whether `slot` is returnable: below N, and not deleted at or before E.
-    #[inline]
-    fn live(&self, slot: u32) -> bool {
-        if u64::from(slot) >= self.snap.header.committed_count {
-            return false;
-        }
-        // At delete epoch 0 no delete was ever committed: a slot's deleted epoch d is live
-        // when d == 0 || d > 0, so "below N" is exact and no slot header is read (searches
-        // call this for every result candidate).
-        if self.snap.header.delete_epoch == 0 {
-            return true;
-        }
-        match self.slot_word(slot, record::SLOT_DELETED_EPOCH_AT) {
-            Some(d) => d == 0 || d > self.snap.header.delete_epoch,
-            None => false,
-        }
-    }
-
-    fn id(&self, slot: u32) -> Option<u64> {
-        self.slot_word(slot, record::SLOT_ID_AT)
-    }
-}
-
-impl GraphStore for View<'_> {
-    #[inline]
-    fn routing_count(&self) -> u32 {
-        self.routing
-    }
-    #[inline]
-    fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
-        let (layout, region, off) = self.place(slot)?;
-        let d = u64::from(self.reader.dims);
-        let at = layout.vectors_at + off * 4 * d;
-        // Committed vectors never change. A vector at or past N may be rewritten by a
-        // restarted writer while a search reads it: a hint that costs routing, never results.
-        match self.snap.file.layout {
-            VectorLayout::F32 => region
-                .f32s(at, self.reader.dims as usize)
-                .ok()
-                .map(VectorRef::F32),
-            VectorLayout::SplitHalves => {
-                let h = region.u16s(at, 2 * self.reader.dims as usize).ok()?;
-                Some(if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {
-                    VectorRef::SplitExact(h)
-                } else {
-                    VectorRef::Split(h)
-                })
-            }
-        }
-    }
-    #[inline]
-    fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
-        let (layout, region, off) = self.place(slot)?;
-        let at =
-            layout.records_at + off * self.snap.file.record_bytes + record::RECORD_NEIGHBORS_AT;
-        region.u32_words(at, 2 * self.snap.file.m as usize).ok()
-    }
-    #[inline]
-    fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
-        let (layout, region, off) = self.place(slot)?;
-        let at =
-            layout.records_at + off * self.snap.file.record_bytes + record::RECORD_UPPER_REF_AT;
-        let r = region.u64_at(at).ok()?.load(Ordering::Acquire);
-        if r == 0 || layer == 0 {
-            return None;
-        }
-        let (c, o) = record::split_heap_ref(r);
-        let chunk = &self.snap.regions.upper_chunks.get(c as usize)?.region;
-        let o = u64::from(o);
-        let layers = chunk
-            .u32_at(o + record::UPPER_LAYERS_AT)
-            .ok()?
-            .load(Ordering::Relaxed);
-        if layer > layers as usize {
-            return None;
-        }
-        let m = u64::from(self.snap.file.m);
-        let at = o + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
-        chunk.u32_words(at, self.snap.file.m as usize).ok()
-    }
+pub(super) struct Counters {
+    pub(super) snapshots: AtomicU64,
+    pub(super) fast: AtomicU64,
+    pub(super) header_reads: AtomicU64,
+    pub(super) rereads: AtomicU64,
+    pub(super) maps: AtomicU64,
+    pub(super) remaps: AtomicU64,
+    pub(super) reopens: AtomicU64,
 }
 
 impl IndexReader {
-    /// Opens the index file at `path` for reading, with no lock: it works while a writer holds
-    /// the file. A file whose read version is newer than this release is [`Error::TooNew`]; a
-    /// file whose write version is newer opens normally (readers never write).
-    pub fn open(path: impl AsRef<Path>) -> Result<IndexReader> {
-        let path = path.as_ref();
-        let storage = FileStorage::open(path, false)?;
-        IndexReader::open_inner(Arc::new(storage), Some(path.to_path_buf()))
-    }
-
-    /// Opens a reader over any [`Storage`] (for example a read-only
-    /// [`crate::os::MemStorage`] handle).
-    pub fn open_in(storage: Arc<dyn Storage>) -> Result<IndexReader> {
-        IndexReader::open_inner(storage, None)
-    }
-
-    fn open_inner(storage: Arc<dyn Storage>, path: Option<PathBuf>) -> Result<IndexReader> {
-        let counters = Counters::default();
-        let (file, first) = ReaderFile::open(storage, 0, &counters)?;
-        let metric = metric_from_code(first.metric)?;
-        let reader = IndexReader {
-            path,
-            dims: first.dims,
-            metric,
-            dist: Distance::new(metric),
-            cache: Mutex::new(Cache::new(Arc::new(file))),
-            scratch: Mutex::new(Vec::new()),
-            search_distances: AtomicU64::new(0),
-            ids: Mutex::new(None),
-            counters,
-            routing: AtomicBool::new(true),
-        };
-        reader.snapshot()?;
-        Ok(reader)
-    }
-
-    /// Vector dimensions.
-    pub fn dims(&self) -> usize {
-        self.dims as usize
-    }
-
-    /// The metric.
-    pub fn metric(&self) -> Metric {
-        self.metric
-    }
-
-    /// M of the file currently open (a compaction may change it).
-    pub fn m(&self) -> usize {
-        lock(&self.cache).file.m as usize
-    }
-
-    /// ef_construction the file currently open was built with.
-    pub fn ef_construction(&self) -> usize {
-        lock(&self.cache).file.ef_construction as usize
-    }
-
-    /// The path opened, if any.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
-    /// Turns routing through the writer's unflushed slots (R) on or off (on by default).
-    /// Off, searches traverse only committed slots: the control of the readers experiment,
-    /// which measures what routing is worth while a writer inserts. Results are the same kind
-    /// either way (committed, live ids only); only recall differs.
-    pub fn set_routing(&self, on: bool) {
-        self.routing.store(on, Ordering::Relaxed);
-    }
-
-    /// What the snapshots have cost so far.
-    pub fn stats(&self) -> ReaderStats {
-        let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ReaderStats {
-            snapshots: l(&c.snapshots),
-            fast: l(&c.fast),
-            header_reads: l(&c.header_reads),
-            rereads: l(&c.rereads),
-            maps: l(&c.maps),
-            remaps: l(&c.remaps),
-            reopens: l(&c.reopens),
-        }
-    }
-
     /// Takes a snapshot of what is committed now (never older than one already taken from
     /// the same file). When a compaction has replaced the file at the path (the old file says
     /// "superseded", or it has no links left), the reader moves to the new file.
@@ -571,7 +305,7 @@ impl IndexReader {
         }
         let storage = Arc::new(FileStorage::open(path, false)?);
         let (file, first) = ReaderFile::open(storage, cache.file.generation + 1, &self.counters)?;
-        if first.dims != self.dims || metric_from_code(first.metric)? != self.metric {
+        if first.dims != self.dims || Metric::from_code(first.metric)? != self.metric {
             return Err(Error::corrupt(
                 "the file at the path was replaced by an index of other dimensions or metric",
                 0,
@@ -839,177 +573,6 @@ impl IndexReader {
             })),
         }
     }
-
-    /// The graph as `snap` sees it, for tools and benchmarks that run [`crate::graph`]
-    /// directly (experiment 2 searches it beside a flat-array copy of the same graph).
-    pub fn graph<'a>(&'a self, snap: &'a Snapshot) -> impl GraphStore + 'a {
-        View::new(self, snap)
-    }
-
-    /// Distance computations made by every search on this handle so far (graph searches only;
-    /// a final scan over all slots is not counted). For benchmarks.
-    pub fn search_distance_count(&self) -> u64 {
-        self.search_distances.load(Ordering::Relaxed)
-    }
-
-    /// The `k` nearest live vectors to `query` on a fresh snapshot.
-    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<Neighbor>> {
-        let snap = self.snapshot()?;
-        self.search_in(&snap, query, k, ef)
-    }
-
-    /// The `k` nearest vectors live in `snap` (several searches can share one snapshot).
-    /// Returns min(k, live) hits: if the graph comes up short it widens the beam, then scans.
-    pub fn search_in(
-        &self,
-        snap: &Snapshot,
-        query: &[f32],
-        k: usize,
-        ef: usize,
-    ) -> Result<Vec<Neighbor>> {
-        if k == 0 {
-            return Err(Error::InvalidArgument("k must be at least 1".into()));
-        }
-        let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, query)?);
-        let h = &snap.header;
-        let want = (k as u64).min(snap.len()) as usize;
-        if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {
-            return Ok(Vec::new());
-        }
-        let view = View::new(self, snap);
-        let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
-        let distances_before = scratch.distance_count;
-        let mut ef = ef.max(k);
-        let hits = loop {
-            let hits = graph::search(
-                &view,
-                &self.dist,
-                &q,
-                h.entry_point,
-                h.max_layer as usize,
-                k,
-                ef,
-                |s| view.live(s),
-                &mut scratch,
-            );
-            if hits.len() >= want {
-                break hits;
-            }
-            if ef as u64 >= u64::from(view.routing) {
-                break self.brute_force(&view, &q, k);
-            }
-            ef = ef.saturating_mul(4);
-        };
-        self.search_distances
-            .fetch_add(scratch.distance_count - distances_before, Ordering::Relaxed);
-        lock(&self.scratch).push(scratch);
-        hits.into_iter()
-            .map(|s| {
-                Ok(Neighbor {
-                    id: view
-                        .id(s.slot)
-                        .ok_or_else(|| Error::corrupt("slot header unreadable", 0))?,
-                    distance: s.distance,
-                })
-            })
-            .collect()
-    }
-
-    fn brute_force(&self, view: &View<'_>, q: &[f32], k: usize) -> Vec<Scored> {
-        let n = view.snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
-        let mut buf = Vec::new();
-        let mut all: Vec<Scored> = (0..n)
-            .filter(|&s| view.live(s))
-            .filter_map(|s| {
-                view.vector(s).map(|v| Scored {
-                    distance: self.dist.exact(q, v, &mut buf),
-                    slot: s,
-                })
-            })
-            .collect();
-        all.sort_unstable();
-        all.truncate(k);
-        all
-    }
-
-    /// Live vectors in the current snapshot.
-    pub fn len(&self) -> Result<u64> {
-        Ok(self.snapshot()?.len())
-    }
-
-    /// Whether the current snapshot holds no live vector.
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.len()? == 0)
-    }
-
-    /// The slot holding `id` live in `snap`.
-    fn lookup(&self, snap: &Snapshot, id: u64) -> Result<Option<u32>> {
-        let view = View::new(self, snap);
-        if snap.header.flags & FLAG_CUSTOM_IDS == 0 {
-            if id >= snap.header.committed_count {
-                return Ok(None);
-            }
-            let slot = id as u32;
-            return Ok((view.live(slot) && view.id(slot) == Some(id)).then_some(slot));
-        }
-        // Ids of committed slots never change; which of them are live depends on E, so the
-        // table maps each id to its newest slot and liveness is checked per snapshot.
-        let mut ids = lock(&self.ids);
-        let n = snap.header.committed_count;
-        let generation = snap.file.generation;
-        if ids.as_ref().is_some_and(|(g, _, _)| *g != generation) {
-            *ids = None;
-        }
-        let built = ids.as_ref().map_or(0, |(_, b, _)| *b);
-        if ids.is_none() || built < n {
-            let (_, from, mut map) = ids.take().unwrap_or_default();
-            map.reserve(n.saturating_sub(from) as usize);
-            for slot in from..n {
-                let slot = slot as u32;
-                let id = view
-                    .id(slot)
-                    .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
-                map.insert(id, slot);
-            }
-            *ids = Some((generation, n, map));
-        }
-        let slot = ids.as_ref().and_then(|(_, _, m)| m.get(&id).copied());
-        Ok(slot.filter(|&s| view.live(s)))
-    }
-
-    /// Whether `id` is live in the current snapshot.
-    pub fn contains(&self, id: u64) -> Result<bool> {
-        let snap = self.snapshot()?;
-        Ok(self.lookup(&snap, id)?.is_some())
-    }
-
-    /// The stored vector of `id` in the current snapshot.
-    pub fn get(&self, id: u64) -> Result<Vec<f32>> {
-        let snap = self.snapshot()?;
-        let slot = self.lookup(&snap, id)?.ok_or(Error::NotFound { id })?;
-        View::new(self, &snap)
-            .vector(slot)
-            .map(|v| v.to_vec())
-            .ok_or_else(|| Error::corrupt("vector unreadable", 0))
-    }
-
-    /// Every id live in `snap`, in slot order.
-    pub fn ids_in(&self, snap: &Snapshot) -> Result<Vec<u64>> {
-        let view = View::new(self, snap);
-        let n = snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
-        (0..n)
-            .filter(|&s| view.live(s))
-            .map(|s| {
-                view.id(s)
-                    .ok_or_else(|| Error::corrupt(format!("slot {s} has no segment"), 0))
-            })
-            .collect()
-    }
-
-    /// The header of `snap` (for inspection tools).
-    pub fn header_of<'a>(&self, snap: &'a Snapshot) -> &'a Header {
-        &snap.header
-    }
 }
 
 /// Sequence and checksum words of both copies (acquire: they publish the rest).
@@ -1097,14 +660,4 @@ fn read_headers(meta: &Region, counters: &Counters) -> Result<(Header, usize)> {
     let b = copies.pop().unwrap_or(Err(Error::NotChassisFile));
     let a = copies.pop().unwrap_or(Err(Error::NotChassisFile));
     header::choose_decoded(a, b)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn readers_and_snapshots_cross_threads() {
-        fn is<T: Send + Sync>() {}
-        is::<super::IndexReader>();
-        is::<super::Snapshot>();
-    }
 }

@@ -1,0 +1,343 @@
+//! Adds (ADR-0007: pending until a flush): single adds, which are batches of one, and batch
+//! adds, whose rows are checked whole, written whole, then linked on one thread (the graph a
+//! loop of single adds builds) or several (decision 5 per chunk: R is published after each).
+//!
+//! Invariants: no slot is linked before every slot of its batch is fully written; `count`
+//! moves only after the whole batch is written, so a failed batch adds nothing; R never
+//! covers a node before its backlinks are written.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::format::header::FLAG_CUSTOM_IDS;
+use crate::graph::{self, Scratch};
+use crate::idmap::IdHashBuilder;
+
+use super::{lock, Index, View};
+
+/// Slots a parallel batch add links before publishing R (readers route through them from then).
+pub(super) const PARALLEL_CHUNK: usize = 16_384;
+
+impl Index {
+    /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
+    /// 0, 1, 2, … in an index that never used [`Index::add_with_id`]).
+    pub fn add(&mut self, vector: &[f32]) -> Result<u64> {
+        self.writable()?;
+        let id = self.next_id;
+        if self.flags & FLAG_CUSTOM_IDS != 0 && self.lookup(id)?.is_some() {
+            return Err(Error::DuplicateId { id });
+        }
+        self.insert(id, vector)?;
+        Ok(id)
+    }
+
+    /// Adds a vector under a caller-chosen id; [`Error::DuplicateId`] if `id` is live.
+    pub fn add_with_id(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+        self.writable()?;
+        if self.lookup(id)?.is_some() {
+            return Err(Error::DuplicateId { id });
+        }
+        if self.flags & FLAG_CUSTOM_IDS == 0 {
+            // From now on ids need the table; build it before the flag changes lookups.
+            self.with_ids(|_| ())?;
+        }
+        self.insert(id, vector)?;
+        self.flags |= FLAG_CUSTOM_IDS;
+        Ok(())
+    }
+
+    pub(super) fn insert(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+        let v = self.check_vector(vector)?;
+        self.insert_prepared(id, v)
+    }
+
+    /// Inserts a vector already checked (and, for cosine, normalised) under `id`: a batch of
+    /// one, on this thread.
+    pub(super) fn insert_prepared(&mut self, id: u64, v: Vec<f32>) -> Result<()> {
+        self.insert_batch(&[id], v, 1)
+    }
+
+    /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
+    /// returns the ids the index assigned, as [`Index::add`] would, in row order. See
+    /// [`Index::add_batch_with_ids`] for threads and failures.
+    pub fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
+        self.writable()?;
+        let (rows, n) = self.prepare_rows(vectors)?;
+        let start = self.next_id;
+        let ids: Vec<u64> = (0..n as u64).map(|i| start.saturating_add(i)).collect();
+        if self.flags & FLAG_CUSTOM_IDS != 0 {
+            for &id in &ids {
+                if self.lookup(id)?.is_some() {
+                    return Err(Error::DuplicateId { id });
+                }
+            }
+        }
+        self.insert_batch(&ids, rows, threads)?;
+        Ok(ids)
+    }
+
+    /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
+    /// floats each, one row per id).
+    ///
+    /// Every row and id is checked, and every slot written, before anything is added: a row
+    /// of the wrong length, a non-finite component, an id that is live or repeated in the
+    /// batch, or an I/O error while writing (a full disk) fails the whole call with nothing
+    /// added. Like every add, the rows are pending until [`Index::flush`].
+    ///
+    /// `threads` links the new nodes into the graph on that many threads (0: one per CPU);
+    /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
+    /// that depends on thread timing. Readers keep searching the committed state throughout.
+    pub fn add_batch_with_ids(
+        &mut self,
+        ids: &[u64],
+        vectors: &[f32],
+        threads: usize,
+    ) -> Result<()> {
+        self.writable()?;
+        let (rows, n) = self.prepare_rows(vectors)?;
+        if n != ids.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} ids for {n} vectors",
+                ids.len()
+            )));
+        }
+        let mut seen: HashSet<u64, IdHashBuilder> =
+            HashSet::with_capacity_and_hasher(ids.len(), IdHashBuilder::default());
+        for &id in ids {
+            if !seen.insert(id) || self.lookup(id)?.is_some() {
+                return Err(Error::DuplicateId { id });
+            }
+        }
+        if self.flags & FLAG_CUSTOM_IDS == 0 && !ids.is_empty() {
+            // From now on ids need the table; build it before the flag changes lookups.
+            self.with_ids(|_| ())?;
+        }
+        self.insert_batch(ids, rows, threads)?;
+        if !ids.is_empty() {
+            self.flags |= FLAG_CUSTOM_IDS;
+        }
+        Ok(())
+    }
+
+    /// Checks and prepares every row of a flat batch; returns them, still flat, and how many.
+    pub(super) fn prepare_rows(&self, vectors: &[f32]) -> Result<(Vec<f32>, usize)> {
+        let dims = self.dims();
+        if !vectors.len().is_multiple_of(dims) {
+            return Err(Error::InvalidArgument(format!(
+                "a batch of {} floats is not whole rows of {dims}",
+                vectors.len()
+            )));
+        }
+        let mut flat = Vec::with_capacity(vectors.len());
+        for v in vectors.chunks(dims) {
+            flat.extend(self.check_vector(v)?);
+        }
+        Ok((flat, vectors.len() / dims))
+    }
+
+    /// Inserts checked rows (flat) under ids already known not to be live.
+    ///
+    /// Phase 1, on this thread: every slot is written (header, empty lists, then the vectors
+    /// in one write per segment, which lets the kernel cache them in large pages), so the
+    /// graph may link to any of them; a failure here adds nothing (`count` has not moved, and
+    /// the slots written are reused by the next add). Phase 2 links them: one thread takes the
+    /// single-add path slot by slot (the same graph as a loop of [`Index::add`]); more link in
+    /// parallel.
+    pub(super) fn insert_batch(
+        &mut self,
+        ids: &[u64],
+        flat: Vec<f32>,
+        threads: usize,
+    ) -> Result<()> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t,
+        };
+        let first = self.count;
+        if u64::from(first) + ids.len() as u64 > u64::from(u32::MAX) {
+            return Err(Error::Full {
+                max: u64::from(u32::MAX),
+            });
+        }
+        let mut levels = Vec::with_capacity(ids.len());
+        for (i, &id) in ids.iter().enumerate() {
+            let slot = first + i as u32;
+            self.store.ensure_slot(slot)?;
+            let level = graph::random_level(self.seed, slot, self.params.m, self.params.max_layers);
+            let upper_ref = if level > 0 {
+                self.store.alloc_upper(level as u32)?
+            } else {
+                0
+            };
+            self.store.write_slot(slot, id, &[], upper_ref)?;
+            levels.push(level);
+        }
+        self.store.write_vectors(first, &flat)?;
+        drop(flat);
+        self.count = first + levels.len() as u32;
+        self.dirty = true;
+        for &id in ids {
+            self.next_id = self.next_id.max(id.saturating_add(1));
+        }
+        if let Some(map) = lock(&self.ids).as_mut() {
+            for (i, &id) in ids.iter().enumerate() {
+                map.insert(id, first + i as u32);
+            }
+        }
+        if threads <= 1 || levels.len() < 2 * threads {
+            let mut scratch = self.take_scratch();
+            for (i, &level) in levels.iter().enumerate() {
+                let slot = first + i as u32;
+                // As in a single add: the graph is every slot up to this one.
+                let view = View {
+                    store: &self.store,
+                    count: slot + 1,
+                    walk: &self.walk,
+                };
+                let becomes_entry = graph::insert(
+                    &view,
+                    &self.dist,
+                    &self.params,
+                    slot,
+                    level,
+                    self.entry,
+                    None,
+                    &mut scratch,
+                );
+                if becomes_entry {
+                    self.entry = Some((slot, level));
+                }
+                // Decision 5: R after the node and its backlinks.
+                self.store.publish_routing_count(u64::from(slot) + 1)?;
+            }
+            self.put_scratch(scratch);
+            return Ok(());
+        }
+        // Parallel: link the slots in chunks, publishing R after each, so readers route
+        // through a chunk only once every node in it and its backlinks are written
+        // (decision 5).
+        let locks = graph::NodeLocks::new(4096 * threads);
+        let entry = Mutex::new(self.entry);
+        let next = AtomicU64::new(0);
+        let view = View {
+            store: &self.store,
+            count: self.count,
+            walk: &self.walk,
+        };
+        let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
+        for chunk_start in (0..levels.len()).step_by(PARALLEL_CHUNK) {
+            let chunk_end = (chunk_start + PARALLEL_CHUNK).min(levels.len());
+            next.store(chunk_start as u64, AtomicOrdering::Relaxed);
+            scratches = std::thread::scope(|scope| {
+                let workers: Vec<_> = scratches
+                    .drain(..)
+                    .map(|mut scratch| {
+                        let (view, locks, entry, next, levels) =
+                            (&view, &locks, &entry, &next, &levels);
+                        let (dist, params) = (&self.dist, &self.params);
+                        // Each thread owns its scratch (moved in, handed back): scratches side
+                        // by side in one Vec would share cache lines that every distance
+                        // computation writes.
+                        scope.spawn(move || {
+                            loop {
+                                let i = next.fetch_add(1, AtomicOrdering::Relaxed) as usize;
+                                if i >= chunk_end {
+                                    break;
+                                }
+                                let slot = first + i as u32;
+                                let level = levels[i];
+                                // A node that will top the graph holds the entry point for its
+                                // whole insertion (as hnswlib does); any other lets go at once.
+                                let guard = lock(entry);
+                                let current = *guard;
+                                let tops = current.is_none_or(|(_, top)| level > top);
+                                let held = if tops {
+                                    Some(guard)
+                                } else {
+                                    drop(guard);
+                                    None
+                                };
+                                let becomes = graph::insert(
+                                    view,
+                                    dist,
+                                    params,
+                                    slot,
+                                    level,
+                                    current,
+                                    Some(locks),
+                                    &mut scratch,
+                                );
+                                if let (true, Some(mut g)) = (becomes, held) {
+                                    *g = Some((slot, level));
+                                }
+                            }
+                            scratch
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+            self.store
+                .publish_routing_count(u64::from(first) + chunk_end as u64)?;
+        }
+        for s in scratches {
+            self.put_scratch(s);
+        }
+        self.entry = entry.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::format::geometry::Geometry;
+    use crate::graph::Metric;
+    use crate::index::{Index, Options};
+    use crate::storage::Store;
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::atomic::Ordering;
+
+    /// Decision 5: R is published only after the new node and its backlinks are written, so a
+    /// reader that routes to slot R − 1 finds it linked.
+    #[test]
+    fn routing_is_published_only_after_the_node_and_its_backlinks() {
+        let checked = Rc::new(Cell::new(0u32));
+        let seen = Rc::clone(&checked);
+        crate::storage::PUBLISH_HOOK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |store: &Store, r: u64| {
+                if r < 2 {
+                    return;
+                }
+                let new = (r - 1) as u32;
+                let own = store.level0(new).expect("new slot mapped");
+                let linked_out = own.iter().any(|w| w.load(Ordering::Relaxed) < new);
+                let linked_in = (0..new).any(|s| {
+                    store
+                        .level0(s)
+                        .is_some_and(|ws| ws.iter().any(|w| w.load(Ordering::Relaxed) == new))
+                });
+                assert!(
+                    linked_out && linked_in,
+                    "R = {r} published before slot {new} was linked"
+                );
+                seen.set(seen.get() + 1);
+            }));
+        });
+        let opts = Options::new(4, Metric::L2Squared)
+            .m(8)
+            .geometry(Geometry::small_for_tests(8, 16));
+        let mut ix = Index::in_memory(opts, 16 << 20).unwrap();
+        for i in 0..200u32 {
+            let x = i as f32;
+            ix.add(&[x.sin(), x.cos(), (x * 0.3).sin(), 1.0]).unwrap();
+        }
+        crate::storage::PUBLISH_HOOK.with(|h| *h.borrow_mut() = None);
+        assert_eq!(checked.get(), 199);
+    }
+}

@@ -1,0 +1,71 @@
+//! Deletes and the flush that makes every pending add and delete durable together (ADR-0007,
+//! decisions 4 and 6: the commit itself is [`Store::commit`](crate::storage::Store::commit)).
+//!
+//! Invariant: a delete names a slot live in this writer's view; it leaves the graph alone
+//! (deleted slots are routed through until a compaction).
+
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use crate::error::{Error, Result};
+use crate::format::header::{self, Header};
+use crate::format::vector::VectorLayout;
+
+use super::{lock, Index};
+
+impl Index {
+    /// Deletes `id`. It disappears from this index's searches at once and from the file at the
+    /// next flush; its slot stays in the graph for routing until a compaction.
+    pub fn delete(&mut self, id: u64) -> Result<()> {
+        self.writable()?;
+        let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
+        self.pending_deletes.insert(slot);
+        self.dirty = true;
+        if let Some(map) = lock(&self.ids).as_mut() {
+            map.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Makes every add and delete since the last flush durable, together (decision 4: data,
+    /// fsync, the other header copy, fsync). A flush with nothing pending does nothing.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        if !self.dirty {
+            return Ok(());
+        }
+        let old = self.store.header().clone();
+        let deletes: Vec<u32> = self.pending_deletes.iter().copied().collect();
+        // A delete flush commits at epoch E + 1 through the intent header (decision 6).
+        let epoch = if deletes.is_empty() {
+            old.delete_epoch
+        } else {
+            old.delete_epoch + 1
+        };
+        let (entry_point, max_layer) = match self.entry {
+            Some((ep, l)) => (ep, l as u32),
+            None => (header::NO_ENTRY, 0),
+        };
+        // The bit is defined for split vectors only (format 4); on a format 3 file it would
+        // mean nothing (releases before this one set it there anyway: it is ignored).
+        if self.walk.forced.load(AtomicOrdering::Relaxed)
+            && self.store.layout() == VectorLayout::SplitHalves
+        {
+            self.flags |= header::FLAG_EXACT_WALK;
+        }
+        let next = Header {
+            flags: self.flags,
+            committed_count: u64::from(self.count),
+            entry_point,
+            max_layer,
+            delete_epoch: epoch,
+            pending_delete_epoch: 0,
+            deleted_count: old.deleted_count + self.pending_deletes.len() as u64,
+            next_id: self.next_id,
+            ..old
+        };
+        self.store.commit(next, &deletes)?;
+        self.pending_deletes.clear();
+        self.dirty = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! How to create an index ([`Options`]), the defaults, and the summary [`Index::info`](super::Index::info) gives.
+//!
+//! Invariant: [`Options::validate`] is the one place a caller's parameters are checked before
+//! they reach a header; everything it accepts, `Header::validate` accepts too.
+
+use crate::error::{Error, Result};
+use crate::format::geometry::Geometry;
+use crate::format::header;
+use crate::format::vector::VectorLayout;
+use crate::graph::Metric;
+use crate::storage::NewFile;
+
+/// Default M.
+pub const DEFAULT_M: usize = 16;
+/// Default ef_construction.
+pub const DEFAULT_EF_CONSTRUCTION: usize = 200;
+/// Default ef for searches that don't name one.
+pub const DEFAULT_EF_SEARCH: usize = 64;
+/// Default most layers per node.
+pub const DEFAULT_MAX_LAYERS: usize = 16;
+/// Default seed of the level generator.
+pub const DEFAULT_SEED: u64 = 0x00C4_A551_5EED;
+
+/// How to create an index.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Vector dimensions (1..=65,536).
+    pub dims: usize,
+    /// Distance metric; fixed for the life of the file.
+    pub metric: Metric,
+    /// M: neighbors per node on upper layers (2..=32,767); layer 0 keeps 2M.
+    pub m: usize,
+    /// Beam width while building (≥ 1).
+    pub ef_construction: usize,
+    /// Seed of the level generator: the same seed and inserts give the same graph.
+    pub seed: u64,
+    /// Most layers per node (1..=64).
+    pub max_layers: usize,
+    /// Segment and heap geometry; `None` for the production layout. Tests use
+    /// [`Geometry::small_for_tests`] to cross many regions with few vectors.
+    pub geometry: Option<Geometry>,
+    /// How vectors are stored. The default, [`VectorLayout::SplitHalves`] (format 4), lets
+    /// searches read half of each vector while they walk the graph; [`VectorLayout::F32`]
+    /// writes a format 3 file, which releases that read only format 3 can open.
+    pub vector_layout: VectorLayout,
+}
+
+impl Options {
+    /// Defaults: M = 16, ef_construction = 200, 16 layers, production geometry.
+    pub fn new(dims: usize, metric: Metric) -> Options {
+        Options {
+            dims,
+            metric,
+            m: DEFAULT_M,
+            ef_construction: DEFAULT_EF_CONSTRUCTION,
+            seed: DEFAULT_SEED,
+            max_layers: DEFAULT_MAX_LAYERS,
+            geometry: None,
+            vector_layout: VectorLayout::default(),
+        }
+    }
+
+    /// Sets the vector layout.
+    pub fn vector_layout(mut self, layout: VectorLayout) -> Options {
+        self.vector_layout = layout;
+        self
+    }
+
+    /// Sets M.
+    pub fn m(mut self, m: usize) -> Options {
+        self.m = m;
+        self
+    }
+
+    /// Sets ef_construction.
+    pub fn ef_construction(mut self, ef: usize) -> Options {
+        self.ef_construction = ef;
+        self
+    }
+
+    /// Sets the level seed.
+    pub fn seed(mut self, seed: u64) -> Options {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the geometry.
+    pub fn geometry(mut self, g: Geometry) -> Options {
+        self.geometry = Some(g);
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<NewFile> {
+        if self.dims == 0 || self.dims > header::MAX_DIMS as usize {
+            return Err(Error::InvalidArgument(format!(
+                "dims must be 1..=65536, got {}",
+                self.dims
+            )));
+        }
+        if self.m < 2 || self.m > header::MAX_M as usize {
+            return Err(Error::InvalidArgument(format!(
+                "M must be 2..=32767 (M0 = 2M must fit in a u16), got {}",
+                self.m
+            )));
+        }
+        if self.ef_construction == 0 || self.ef_construction > u32::MAX as usize {
+            return Err(Error::InvalidArgument(
+                "ef_construction must be at least 1".into(),
+            ));
+        }
+        if self.max_layers == 0 || self.max_layers > header::MAX_LAYERS_LIMIT as usize {
+            return Err(Error::InvalidArgument("max_layers must be 1..=64".into()));
+        }
+        let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
+        let geometry = self
+            .geometry
+            .unwrap_or_else(|| Geometry::for_layout(dims, m, layers));
+        if let Some(why) = geometry.validate(m, layers) {
+            return Err(Error::InvalidArgument(format!("geometry: {why}")));
+        }
+        Ok(NewFile {
+            dims,
+            metric: self.metric.code(),
+            m,
+            max_layers: layers,
+            ef_construction: self.ef_construction as u32,
+            seed: self.seed,
+            geometry,
+            layout: self.vector_layout,
+        })
+    }
+}
+
+/// A summary of an open index, for `chassis info` and bindings.
+#[derive(Clone, Debug)]
+pub struct Info {
+    /// Dimensions.
+    pub dims: usize,
+    /// Metric.
+    pub metric: Metric,
+    /// M.
+    pub m: usize,
+    /// M0.
+    pub m0: usize,
+    /// ef_construction.
+    pub ef_construction: usize,
+    /// Live vectors this index sees (pending adds and deletes included).
+    pub count: u64,
+    /// Deleted slots this index sees (pending deletes included).
+    pub deleted: u64,
+    /// Committed slot count N.
+    pub committed_count: u64,
+    /// Committed deleted count.
+    pub committed_deleted: u64,
+    /// Slots written (N plus pending adds).
+    pub slots: u64,
+    /// Delete epoch E.
+    pub delete_epoch: u64,
+    /// Pending delete epoch in the header.
+    pub pending_delete_epoch: u64,
+    /// Header sequence.
+    pub sequence: u64,
+    /// Which copy holds the newest header (`A` or `B`).
+    pub header_copy: char,
+    /// Entry point's top layer.
+    pub max_layer: usize,
+    /// Segment geometry: β, K, and slots per steady segment C.
+    pub geometry: Geometry,
+    /// Segments mapped.
+    pub segments: u64,
+    /// Upper-heap chunks mapped.
+    pub upper_heap_chunks: u64,
+    /// Table pages mapped.
+    pub table_pages: u64,
+    /// Whether ids were ever given by the caller.
+    pub custom_ids: bool,
+    /// Why the index is read-only, if it is.
+    pub read_only: Option<&'static str>,
+    /// Logical file length in bytes.
+    pub file_bytes: u64,
+    /// Read and write versions of the file.
+    pub versions: (u32, u32),
+    /// How the file stores vectors.
+    pub vector_layout: VectorLayout,
+    /// Whether searches walk this file's split vectors by exact distances (its data proved
+    /// too fine for their high halves; see docs/ARCHITECTURE.md).
+    pub exact_walk: bool,
+}

@@ -1,0 +1,353 @@
+//! Replacing the file (ADR-0008 decision 8): compaction (the project's ADR-0011), which
+//! rebuilds the live vectors into a new file and renames it over the path, and the migration
+//! of an hnswlib file, which converts its graph instead of rebuilding it.
+//!
+//! Invariants: the file at the path is complete at every step (the old one until the rename,
+//! the new one after); the old file commits "superseded" before the rename; ids survive.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::format;
+use crate::format::header::{self, FLAG_CUSTOM_IDS};
+use crate::format::vector::VectorLayout;
+use crate::graph::Metric;
+use crate::os::{FileStorage, Storage};
+use crate::storage::Store;
+
+use super::add::PARALLEL_CHUNK;
+use super::{Index, Options};
+
+/// What [`Index::compact`] may change; `None` keeps the index's current value.
+#[derive(Clone, Debug, Default)]
+pub struct CompactOptions {
+    /// New M (changing it is what compaction is for: max_connections can't change in place).
+    pub m: Option<usize>,
+    /// New ef_construction for the rebuilt graph.
+    pub ef_construction: Option<usize>,
+    /// Threads that link the rebuilt graph, as in [`Index::add_batch`] (0, the default: one
+    /// per CPU; 1: the same graph on every run).
+    pub threads: usize,
+    /// The new file's vector layout; `None` keeps the index's own (a format 3 file stays
+    /// format 3, so the releases that read only format 3 still open it).
+    /// `Some(VectorLayout::SplitHalves)` turns a format 3 file into format 4.
+    pub vector_layout: Option<VectorLayout>,
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Live vectors copied into the new file.
+    pub live: u64,
+    /// Slots the old file held (live, deleted and routing-only).
+    pub old_slots: u64,
+    /// Length of the old file in bytes.
+    pub old_bytes: u64,
+    /// Length of the new file in bytes.
+    pub new_bytes: u64,
+}
+
+/// The name a compaction writes its new file under, beside the index: `<name>.compacting`.
+pub fn compacting_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".compacting");
+    path.with_file_name(name)
+}
+
+/// The name a migration writes its new file under before renaming: `<name>.migrating`.
+pub fn migrating_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".migrating");
+    path.with_file_name(name)
+}
+
+impl Index {
+    /// Rewrites the index into a new file holding only its live vectors, with a freshly built
+    /// graph (ADR-0008 decision 8, the project's ADR-0011): this reclaims deleted vectors'
+    /// space, reconnects anything a crash left unreachable, and is the only way to change M.
+    ///
+    /// Pending adds and deletes are flushed first. Every id survives unchanged, index-assigned
+    /// ones included. The protocol: check that the disk has room for the second copy; write
+    /// `<name>.compacting` beside the index (replacing a leftover one) and make it durable;
+    /// commit the "superseded" flag in the old file; rename the new file over the path; fsync
+    /// the directory; continue as the writer of the new file. A crash at any step leaves a
+    /// complete index at the path: the old one before the rename, the new one after. Readers
+    /// in other processes finish their current search on the old file and move to the new one.
+    ///
+    /// Needs an index opened from a path. The file at the path is replaced, never shrunk.
+    pub fn compact(&mut self, options: CompactOptions) -> Result<CompactReport> {
+        self.compact_with_progress(options, |_, _| {})
+    }
+
+    /// [`Index::compact`], calling `progress(done, total)` as live vectors are copied.
+    pub fn compact_with_progress(
+        &mut self,
+        options: CompactOptions,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<CompactReport> {
+        self.writable()?;
+        let path = self.path.clone().ok_or_else(|| {
+            Error::InvalidArgument("compact() needs an index opened from a path".into())
+        })?;
+        self.flush()?;
+        let opts = self.compact_options(&options)?;
+        let new_file = opts.validate()?;
+        // Room for the second copy: every live slot, its upper layers on average, the fixed
+        // area, region rounding, and one allocation step ahead.
+        let live = self.len() as u64;
+        let per_slot =
+            crate::format::geometry::SegmentLayout::slot_bytes(new_file.dims, new_file.m)
+                + 8 * u64::from(new_file.m);
+        let need = format::DATA_START
+            + live * per_slot * 5 / 4
+            + 8 * format::REGION_ALIGN
+            + crate::storage::ALLOCATE_STEP;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let free = crate::os::free_space(&dir)?;
+        if free < need {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "compact needs about {} MiB free in {} for the new copy, and {} MiB are \
+                     available; nothing was changed",
+                    need.div_ceil(1 << 20),
+                    dir.display(),
+                    free >> 20
+                ),
+            )));
+        }
+        let tmp = compacting_path(&path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let storage = FileStorage::create(&tmp)?;
+        storage.try_lock_exclusive()?;
+        storage.sync_dir()?;
+        let (mut new, report) =
+            self.compact_into_with_progress(Arc::new(storage), options, progress)?;
+        crate::os::rename_durably(&tmp, &path)?;
+        new.path = Some(path);
+        *self = new;
+        Ok(report)
+    }
+
+    /// The storage-level half of [`Index::compact`], for any [`Storage`]: builds the
+    /// compacted index in `storage` (an empty file, locked by the caller), makes it durable,
+    /// then commits the "superseded" flag in this index's file and returns the new index. The
+    /// caller then makes the new file current (for a path, by renaming it over the old one
+    /// and syncing the directory); until then this file is complete and current.
+    pub fn compact_into(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        options: CompactOptions,
+    ) -> Result<(Index, CompactReport)> {
+        self.compact_into_with_progress(storage, options, |_, _| {})
+    }
+
+    pub(super) fn compact_options(&self, options: &CompactOptions) -> Result<Options> {
+        let m = options.m.unwrap_or(self.params.m);
+        let mut opts = Options::new(self.dims(), self.metric())
+            .m(m)
+            .ef_construction(
+                options
+                    .ef_construction
+                    .unwrap_or(self.params.ef_construction),
+            )
+            .seed(self.seed);
+        opts.max_layers = self.params.max_layers;
+        opts.vector_layout = options.vector_layout.unwrap_or(self.store.layout());
+        if m == self.params.m {
+            opts = opts.geometry(self.store.header().geometry);
+        }
+        Ok(opts)
+    }
+
+    pub(super) fn compact_into_with_progress(
+        &mut self,
+        storage: Arc<dyn Storage>,
+        options: CompactOptions,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<(Index, CompactReport)> {
+        self.writable()?;
+        self.flush()?;
+        let opts = self.compact_options(&options)?;
+        let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
+        let new_file = opts.validate()?;
+        let store = Store::create(storage, &new_file)?;
+        let mut new = Index::from_store(store, None, None)?;
+        let mut renumbered = false;
+        // Batches of live vectors, linked on `options.threads` threads; the copy of one batch
+        // is all the memory the rebuild holds beside the two files.
+        for batch in live.chunks(PARALLEL_CHUNK) {
+            let mut ids = Vec::with_capacity(batch.len());
+            let mut flat = Vec::with_capacity(batch.len() * self.dims());
+            for &slot in batch {
+                let id = self.id_of(slot)?;
+                let v = self
+                    .store
+                    .vector(slot)
+                    .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+                renumbered |= id != u64::from(new.count) + ids.len() as u64;
+                ids.push(id);
+                flat.extend_from_slice(&v.to_vec());
+            }
+            new.insert_batch(&ids, flat, options.threads)?;
+            progress(new.count as usize, live.len());
+        }
+        progress(live.len(), live.len());
+        new.next_id = self.next_id;
+        // Without the custom-id flag, lookups rely on id = slot, which also needs the next
+        // index-assigned id to be the next slot.
+        if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 || new.next_id != u64::from(new.count) {
+            new.flags |= FLAG_CUSTOM_IDS;
+        }
+        new.dirty = true;
+        new.flush()?;
+        let report = CompactReport {
+            live: live.len() as u64,
+            old_slots: u64::from(self.count),
+            old_bytes: self.store.storage().len()?,
+            new_bytes: new.store.storage().len()?,
+        };
+        // The old file says it is superseded before the path names the new one.
+        self.flags |= header::FLAG_SUPERSEDED;
+        self.dirty = true;
+        self.flush()?;
+        Ok((new, report))
+    }
+
+    /// Converts an hnswlib index file (`Index.save_index` of hnswlib 0.7 or 0.8) into a new
+    /// Chassis file at `dst`, converting the graph instead of rebuilding it (ADR-0008 decision 8
+    /// as the project reads it): labels become custom ids, hnswlib's deleted marks become
+    /// deletes, upper layers go into the upper heap; O(n). hnswlib does not store its space, so
+    /// the caller names the metric (`l2` → [`Metric::L2Squared`], `ip` →
+    /// [`Metric::InnerProduct`], `cosine` → [`Metric::Cosine`]; hnswlib stored cosine vectors
+    /// normalised, and they are kept bit for bit).
+    ///
+    /// The protocol: write `<dst>.migrating` (replacing a leftover one) holding its lock,
+    /// flush (fsync), rename it to `dst`, fsync the directory, and return it open as the
+    /// writer. `dst` must not exist. Searches then return the same ids as hnswlib at the same
+    /// ef on the same queries.
+    pub fn migrate_hnswlib(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+    ) -> Result<Index> {
+        Index::migrate_hnswlib_with_progress(src, dst, metric, |_, _| {})
+    }
+
+    /// [`Index::migrate_hnswlib`], calling `progress(done, total)` as elements are converted.
+    pub fn migrate_hnswlib_with_progress(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Index> {
+        use crate::format::hnswlib::HnswlibFile;
+        let (src, dst) = (src.as_ref(), dst.as_ref());
+        if dst.exists() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists; migrate writes a new file", dst.display()),
+            )));
+        }
+        let bytes = std::fs::read(src)?;
+        let h = HnswlibFile::parse(&bytes)?;
+        if h.max_m0 != 2 * h.max_m || h.m != h.max_m {
+            return Err(Error::InvalidArgument(format!(
+                "hnswlib file with M = {}, maxM = {}, maxM0 = {}: Chassis needs maxM0 = 2·maxM = 2·M",
+                h.m, h.max_m, h.max_m0
+            )));
+        }
+        let mut opts = Options::new(h.dims, metric)
+            .m(h.max_m)
+            .ef_construction(h.ef_construction.max(1));
+        opts.max_layers = opts.max_layers.max(h.max_level.max(0) as usize + 1);
+        let tmp = migrating_path(dst);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut ix = Index::create(&tmp, opts)?;
+        let n = u32::try_from(h.count).map_err(|_| Error::Full {
+            max: u64::from(u32::MAX),
+        })?;
+        let mut next_id = 0u64;
+        let mut labels = HashSet::new();
+        // Pass 1: every slot's header, vector and (empty) lists, in hnswlib's internal order,
+        // so internal id i becomes slot i and neighbor ids carry over unchanged.
+        for i in 0..n {
+            let e = h.element(i as usize)?;
+            if !e.deleted && !labels.insert(e.label) {
+                return Err(Error::corrupt(
+                    format!("hnswlib file: label {} stored twice", e.label),
+                    0,
+                ));
+            }
+            let v: Vec<f32> = e
+                .vector
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if let Some(j) = v.iter().position(|x| !x.is_finite()) {
+                return Err(Error::InvalidVector {
+                    reason: format!("hnswlib element {i}: component {j} is not finite"),
+                });
+            }
+            ix.store.ensure_slot(i)?;
+            let upper_ref = if e.upper.is_empty() {
+                0
+            } else {
+                ix.store.alloc_upper(e.upper.len() as u32)?
+            };
+            ix.store.write_slot(i, e.label, &v, upper_ref)?;
+            next_id = next_id.max(e.label.saturating_add(1));
+            if i % 4096 == 0 {
+                progress(i as usize, h.count);
+            }
+        }
+        // Pass 2: the graph, word for word.
+        for i in 0..n {
+            let e = h.element(i as usize)?;
+            let words = ix
+                .store
+                .level0(i)
+                .ok_or_else(|| Error::corrupt("migrated slot unmapped", 0))?;
+            for (w, &nb) in words.iter().zip(&e.level0) {
+                w.store(nb, std::sync::atomic::Ordering::Relaxed);
+            }
+            for (layer, list) in e.upper.iter().enumerate() {
+                let words = ix
+                    .store
+                    .upper(i, layer + 1)
+                    .ok_or_else(|| Error::corrupt("migrated upper layer missing", 0))?;
+                for (w, &nb) in words.iter().zip(list) {
+                    w.store(nb, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if e.deleted {
+                ix.pending_deletes.insert(i);
+            }
+        }
+        ix.count = n;
+        ix.entry = (n > 0).then_some((h.entry_point, h.max_level.max(0) as usize));
+        ix.next_id = next_id;
+        ix.flags |= FLAG_CUSTOM_IDS;
+        ix.dirty = true;
+        ix.store.publish_routing_count(u64::from(n))?;
+        ix.check_walk_on_graph();
+        ix.flush()?;
+        progress(h.count, h.count);
+        crate::os::rename_durably(&tmp, dst)?;
+        ix.path = Some(dst.to_path_buf());
+        Ok(ix)
+    }
+}
