@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod filter;
 pub mod format;
 pub mod graph;
 mod idmap;
@@ -40,7 +41,9 @@ mod reader;
 pub mod storage;
 
 pub use error::{Error, Result};
+pub use filter::Filter;
 pub use format::geometry::Geometry;
+pub use format::metadata::{Metadata, Value};
 pub use format::vector::VectorLayout;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{

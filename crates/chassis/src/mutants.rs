@@ -34,12 +34,15 @@ pub enum Mutant {
     AckBeforeLastSync,
     /// A failed fsync is retried, and a retry that succeeds is taken as success (no poison).
     RetryFailedSync,
+    /// Commits leave the metadata heap's free position where the previous commit had it, so
+    /// the next writer writes over committed metadata.
+    MetadataHeapNotCommitted,
 }
 
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 impl Mutant {
     /// Every mutant, in the order the simulator reports them.
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::NoSyncBeforeCommitHeader,
         Mutant::NoIntentHeader,
         Mutant::NoSyncBetweenIntentAndMarks,
@@ -50,6 +53,7 @@ impl Mutant {
         Mutant::ChecksumNotChecked,
         Mutant::AckBeforeLastSync,
         Mutant::RetryFailedSync,
+        Mutant::MetadataHeapNotCommitted,
     ];
 }
 

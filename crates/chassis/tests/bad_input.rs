@@ -224,10 +224,10 @@ fn a_newer_write_version_opens_read_only() {
     let path = dir.path().join("w.chassis");
     let data = make(&path, Metric::L2Squared);
     let mut b = fs::read(&path).unwrap();
-    // Rewrite both copies with write version 5 and a fresh checksum.
+    // Rewrite both copies with a write version above this release's and a fresh checksum.
     for base in [0usize, 65_536] {
         b[base + at::WRITE_VERSION..base + at::WRITE_VERSION + 4]
-            .copy_from_slice(&5u32.to_le_bytes());
+            .copy_from_slice(&(chassis::format::WRITE_VERSION + 1).to_le_bytes());
         let len = u32::from_le_bytes(b[base + 16..base + 20].try_into().unwrap()) as usize;
         let sum = chassis::format::header::checksum(&b[base..base + len]);
         b[base + at::CHECKSUM..base + at::CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());

@@ -40,13 +40,27 @@ use std::sync::Arc;
 
 use chassis::mutants::{self, Mutant};
 use chassis::os::{FaultKind, MemStorage};
-use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options};
+use chassis::{CompactOptions, Error, Index, IndexReader, Metadata, Metric, Options, Value};
 use common::{clustered, Rng};
 
 const CAP: usize = 64 << 20;
 const SECTOR: usize = 512;
 
-type State = BTreeMap<u64, Vec<f32>>;
+/// Live ids with their vectors and metadata.
+type State = BTreeMap<u64, (Vec<f32>, Metadata)>;
+
+/// The metadata the workloads store with the vector of row `n`: enough text that the
+/// metadata heap crosses its chunks.
+fn meta(n: usize) -> Metadata {
+    Metadata::from([
+        ("n".to_string(), Value::Int(n as i64)),
+        ("text".to_string(), Value::Str("m".repeat(n * 37 % 700))),
+        (
+            "tags".to_string(),
+            Value::List(vec![Value::Int((n % 5) as i64)]),
+        ),
+    ])
+}
 
 fn opts() -> Options {
     common::small(4, Metric::L2Squared, 8, 32)
@@ -55,7 +69,7 @@ fn opts() -> Options {
 fn state_of(ix: &Index) -> Result<State, Error> {
     ix.ids()?
         .into_iter()
-        .map(|id| Ok((id, ix.get(id)?)))
+        .map(|id| Ok((id, (ix.get(id)?, ix.get_metadata(id)?))))
         .collect()
 }
 
@@ -171,14 +185,16 @@ fn guarded(tally: &mut Tally, what: &str, f: impl FnOnce(&mut Tally)) {
 
 /// Every stored vector is its own nearest neighbor, and every hit is live.
 fn check_searches(ix: &Index, state: &State, tally: &mut Tally, what: &str) {
-    for (id, v) in state {
+    for (id, (v, _)) in state {
         match ix.search(v, 1, 64) {
             Ok(h) if h.len() == 1 && h[0].distance == 0.0 && state.contains_key(&h[0].id) => {}
             other => {
                 let truth: Vec<(f32, u64)> = {
                     let mut d: Vec<(f32, u64)> = state
                         .iter()
-                        .map(|(i, w)| (w.iter().zip(v).map(|(a, b)| (a - b) * (a - b)).sum(), *i))
+                        .map(|(i, (w, _))| {
+                            (w.iter().zip(v).map(|(a, b)| (a - b) * (a - b)).sum(), *i)
+                        })
                         .collect();
                     d.sort_by(|a, b| a.0.total_cmp(&b.0));
                     d.truncate(3);
@@ -222,7 +238,7 @@ fn check_image(
         let snap = r.snapshot()?;
         r.ids_in(&snap)?
             .into_iter()
-            .map(|id| Ok((id, r.get(id)?)))
+            .map(|id| Ok((id, (r.get(id)?, r.get_metadata(id)?))))
             .collect::<Result<State, Error>>()
     });
     match state {
@@ -265,10 +281,11 @@ fn check_image(
     // (c) one more add-and-delete flush, then a clean reopen: exactly that state plus it.
     let mut ix = ix;
     let mut want = recovered.clone();
-    for v in extra {
-        match ix.add(v) {
+    for (i, v) in extra.iter().enumerate() {
+        let m = meta(1000 + i);
+        match ix.add_with_metadata(v, &m) {
             Ok(id) => {
-                want.insert(id, v.clone());
+                want.insert(id, (v.clone(), m));
             }
             Err(e) => return tally.violation(format!("add after recovery failed: {e}")),
         }
@@ -334,11 +351,20 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
                 let m = Moment::of(&mem);
                 crash_point(&m, &[acked], images_per_point, tally, &mut rng, &extra);
             }
-            match ix.add(&data[next]) {
+            match ix.add_with_metadata(&data[next], &meta(next)) {
                 Ok(id) => added.push(id),
                 Err(e) => return tally.violation(format!("workload add failed: {e}")),
             }
             next += 1;
+        }
+        // Every other flush also replaces an older vector's metadata (a new slot for the
+        // id, the old one deleted, all in this flush).
+        let older: Vec<u64> = states[states.len() - 1].keys().copied().collect();
+        if flush % 2 == 1 && !older.is_empty() {
+            let id = older[rng.below(older.len())];
+            if let Err(e) = ix.set_metadata(id, &meta(5000 + flush)) {
+                return tally.violation(format!("workload set_metadata failed: {e}"));
+            }
         }
         let victim = if flush % 2 == 0 {
             added[0]
@@ -394,8 +420,8 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
     let data = clustered(200, 4, 6, 900 + seed);
     let extra: Vec<Vec<f32>> = data[196..].to_vec();
     let mut rng = Rng::new(500 + seed);
-    for v in &data[..120] {
-        if let Err(e) = ix.add(v) {
+    for (i, v) in data[..120].iter().enumerate() {
+        if let Err(e) = ix.add_with_metadata(v, &meta(i)) {
             return tally.violation(format!("compaction workload add failed: {e}"));
         }
     }
@@ -466,9 +492,9 @@ fn fault_run(fault: Option<(u64, FaultKind, bool)>, tally: &mut Tally) -> u64 {
     for flush in 0..6 {
         let mut added = Vec::new();
         for _ in 0..12 + flush {
-            match ix.add(&data[next]) {
+            match ix.add_with_metadata(&data[next], &meta(next)) {
                 Ok(id) => {
-                    model.insert(id, data[next].clone());
+                    model.insert(id, (data[next].clone(), meta(next)));
                     added.push(id);
                 }
                 Err(e) if is_io(&e) => {}

@@ -158,6 +158,13 @@ impl Geometry {
         let d = u64::from(self.heap_chunk_doublings).min(k);
         1u64 << (u64::from(self.heap_chunk_base_log2) + d)
     }
+
+    /// Bytes of metadata-heap chunk `k`: as an upper-heap chunk, but never below
+    /// [`super::metadata::MIN_CHUNK_BYTES`], so the largest entry fits any chunk.
+    pub fn metadata_chunk_bytes(&self, k: u64) -> u64 {
+        self.heap_chunk_bytes(k)
+            .max(super::metadata::MIN_CHUNK_BYTES)
+    }
 }
 
 /// Smallest heap chunk (log2 bytes) that holds the chunk head plus the largest upper entry.

@@ -366,6 +366,19 @@ impl Header {
             }
             Some(_) => {}
         }
+        // Only a release that keeps metadata writes a metadata heap (decision 7: such files
+        // have write version 5 or above).
+        if (self.metadata_heap_chunk_count != 0 || self.metadata_heap_next != 0)
+            && self.write_version < super::METADATA_WRITE_VERSION
+        {
+            return bad(
+                format!(
+                    "a metadata heap in a file of write version {}",
+                    self.write_version
+                ),
+                at::METADATA_HEAP_CHUNK_COUNT,
+            );
+        }
         if self.max_layers == 0 || self.max_layers > MAX_LAYERS_LIMIT {
             return bad(
                 format!("max layers {} out of range", self.max_layers),
@@ -500,7 +513,7 @@ pub(crate) mod tests {
     pub(crate) fn sample() -> Header {
         Header {
             read_version: READ_VERSION,
-            write_version: super::super::WRITE_VERSION,
+            write_version: READ_VERSION,
             flags: 0,
             dims: 7,
             metric: METRIC_COSINE,
@@ -538,6 +551,22 @@ pub(crate) mod tests {
         assert_eq!(u32_at(&b, 12), 4);
         assert_eq!(u32_at(&b, 168), 1, "vector layout: split halves");
         assert_eq!(Header::decode(&b, 0).unwrap(), h);
+    }
+
+    /// A metadata heap needs write version 5: a release that writes only version 4 would
+    /// drop it on its next commit.
+    #[test]
+    fn a_metadata_heap_needs_write_version_5() {
+        let mut h = sample();
+        h.metadata_heap_chunk_count = 1;
+        h.metadata_heap_next = 24;
+        h.table_pages.push(458_752);
+        assert!(matches!(
+            Header::decode(&h.encode(), 0),
+            Err(Error::Corrupt { .. })
+        ));
+        h.write_version = 5;
+        assert_eq!(Header::decode(&h.encode(), 0).unwrap(), h);
     }
 
     #[test]

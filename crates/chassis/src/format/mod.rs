@@ -15,6 +15,7 @@ pub mod geometry;
 pub mod header;
 pub mod hnswlib;
 pub mod live;
+pub mod metadata;
 pub mod record;
 pub mod table;
 pub mod vector;
@@ -25,9 +26,14 @@ pub const MAGIC: [u8; 8] = *b"CHASSIS\0";
 /// version their vector layout needs ([`vector::VectorLayout::read_version`]): 4 for the
 /// default split halves, 3 for f32.
 pub const READ_VERSION: u32 = 4;
-/// The newest write version this release may modify (decision 7); new files get their
-/// layout's read version here too.
-pub const WRITE_VERSION: u32 = 4;
+/// The newest write version this release may modify (decision 7). New files get their
+/// layout's read version here too; a file's write version becomes
+/// [`METADATA_WRITE_VERSION`] when it first holds metadata.
+pub const WRITE_VERSION: u32 = 5;
+/// The write version of a file that holds metadata: releases before it read such a file
+/// correctly (they ignore the metadata heap and the slots' metadata references) and must not
+/// write it, since their writes would not keep its metadata.
+pub const METADATA_WRITE_VERSION: u32 = 5;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple
 /// of every supported page size (decision 1).

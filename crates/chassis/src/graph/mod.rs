@@ -303,6 +303,25 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     accept: F,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
+    search_layer_within(store, dist, q, entry, ef, layer, accept, u64::MAX, scratch).0
+}
+
+/// [`search_layer`] that gives up once it has made more than `budget` distance computations
+/// (checked once per expanded node); returns what it found and whether it gave up.
+#[allow(clippy::too_many_arguments)]
+fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    entry: Scored,
+    ef: usize,
+    layer: usize,
+    accept: F,
+    budget: u64,
+    scratch: &mut Scratch,
+) -> (Vec<Scored>, bool) {
+    let limit = scratch.distance_count.saturating_add(budget);
+    let mut gave_up = false;
     let r = store.routing_count();
     scratch.visited.reset(r as usize);
     scratch.candidates.clear();
@@ -315,6 +334,10 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     let mut bound = scratch.results.peek().map_or(f32::INFINITY, |s| s.distance);
     while let Some(Reverse(c)) = scratch.candidates.pop() {
         if c.distance > bound && scratch.results.len() >= ef {
+            break;
+        }
+        if scratch.distance_count > limit {
+            gave_up = true;
             break;
         }
         let Some(list) = neighbors(store, c.slot, layer) else {
@@ -365,7 +388,7 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     }
     let mut out: Vec<Scored> = scratch.results.drain().collect();
     out.sort_unstable();
-    out
+    (out, gave_up)
 }
 
 /// k-NN search (algorithm 5): greedy descent through the upper layers, then a beam of
@@ -382,8 +405,39 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
     accept: F,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
+    search_within(
+        store,
+        dist,
+        q,
+        entry_point,
+        max_layer,
+        k,
+        ef,
+        accept,
+        u64::MAX,
+        scratch,
+    )
+    .unwrap_or_default()
+}
+
+/// [`search`] that gives up (`None`) once its layer-0 beam has made more than `budget`
+/// distance computations: a filtered search's signal that scanning the slots that pass is
+/// cheaper (Lucene's exact-search fallback).
+#[allow(clippy::too_many_arguments)]
+pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    entry_point: u32,
+    max_layer: usize,
+    k: usize,
+    ef: usize,
+    accept: F,
+    budget: u64,
+    scratch: &mut Scratch,
+) -> Option<Vec<Scored>> {
     let Some(v) = store.vector(entry_point) else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     scratch.distance_count += 1;
     let start = Scored {
@@ -391,7 +445,11 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
         slot: entry_point,
     };
     let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
-    let mut out = search_layer(store, dist, q, cur, ef.max(k), 0, accept, scratch);
+    let (mut out, gave_up) =
+        search_layer_within(store, dist, q, cur, ef.max(k), 0, accept, budget, scratch);
+    if gave_up {
+        return None;
+    }
     // Split vectors were walked by their high halves: rank the ef found by exact distance
     // (reading their low halves) before keeping k, so every returned distance is exact.
     if out
@@ -402,7 +460,83 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
         out = rank_exactly(store, dist, q, &out, k, scratch);
     }
     out.truncate(k);
-    out
+    Some(out)
+}
+
+/// The exact `k` nearest of `slots` (each scored once; slots without a vector are skipped),
+/// nearest first: what a search returns, by scanning instead of walking. Split vectors are
+/// scored by high halves, then ranked exactly as far as their error bound leaves in doubt
+/// ([`rank_exactly`]), so the answer is exact while most vectors are read half.
+pub fn scan<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    slots: impl IntoIterator<Item = u32>,
+    k: usize,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut all: Vec<Scored> = Vec::new();
+    let mut pending = [0u32; BATCH];
+    let mut vectors = [VectorRef::F32(&[]); BATCH];
+    let mut distances = [0f32; BATCH];
+    let mut split = false;
+    let mut flush = |pending: &[u32], vectors: &[VectorRef<'_>], all: &mut Vec<Scored>| {
+        dist.walk_many(q, vectors, &mut distances);
+        all.extend(
+            pending
+                .iter()
+                .zip(&distances)
+                .map(|(&slot, &distance)| Scored { distance, slot }),
+        );
+    };
+    let mut n = 0;
+    for slot in slots {
+        let Some(v) = store.vector(slot) else {
+            continue;
+        };
+        split |= matches!(v, VectorRef::Split(_));
+        prefetch_walk(v);
+        pending[n] = slot;
+        vectors[n] = v;
+        n += 1;
+        if n == BATCH {
+            flush(&pending, &vectors, &mut all);
+            n = 0;
+        }
+    }
+    flush(&pending[..n], &vectors[..n], &mut all);
+    scratch.distance_count += all.len() as u64;
+    if !split {
+        // Walk distances are exact distances.
+        if all.len() > k {
+            all.select_nth_unstable(k - 1);
+            all.truncate(k);
+        }
+        all.sort_unstable();
+        return all;
+    }
+    // Rank exactly in walk order: first among the nearest few by walk distance, which nearly
+    // always settles it; if the bound can't rule out the rest, among all.
+    let m = (4 * k + 16).min(all.len());
+    if m < all.len() {
+        all.select_nth_unstable(m - 1);
+    }
+    all[..m].sort_unstable();
+    let ranked = rank_exactly(store, dist, q, &all[..m], k, scratch);
+    let settled = m == all.len()
+        || (ranked.len() >= k
+            && ranked.last().is_some_and(|kth| {
+                let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+                dist.exact_lower_bound(q_norm, all[m - 1].distance, q.len()) > kth.distance
+            }));
+    if settled {
+        return ranked;
+    }
+    all.sort_unstable();
+    rank_exactly(store, dist, q, &all, k, scratch)
 }
 
 /// How many found vectors ahead of the one being ranked have their low halves prefetched.

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::format::header::FLAG_CUSTOM_IDS;
+use crate::format::{self, metadata::Metadata};
 use crate::graph::{self, Scratch};
 use crate::idmap::IdHashBuilder;
 
@@ -56,7 +57,7 @@ impl Index {
     /// Inserts a vector already checked (and, for cosine, normalised) under `id`: a batch of
     /// one, on this thread.
     pub(super) fn insert_prepared(&mut self, id: u64, v: Vec<f32>) -> Result<()> {
-        self.insert_batch(&[id], v, 1)
+        self.insert_batch(&[id], v, &[], 1)
     }
 
     /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
@@ -74,7 +75,7 @@ impl Index {
                 }
             }
         }
-        self.insert_batch(&ids, rows, threads)?;
+        self.insert_batch(&ids, rows, &[], threads)?;
         Ok(ids)
     }
 
@@ -103,6 +104,103 @@ impl Index {
                 ids.len()
             )));
         }
+        self.check_new_ids(ids)?;
+        if self.flags & FLAG_CUSTOM_IDS == 0 && !ids.is_empty() {
+            // From now on ids need the table; build it before the flag changes lookups.
+            self.with_ids(|_| ())?;
+        }
+        self.insert_batch(ids, rows, &[], threads)?;
+        if !ids.is_empty() {
+            self.flags |= FLAG_CUSTOM_IDS;
+        }
+        Ok(())
+    }
+
+    /// Adds a vector with its metadata; the index assigns its id, as [`Index::add`] does.
+    /// The metadata is checked first ([`Metadata`]: keys of 1 to 255 bytes not starting with
+    /// `$`, finite floats, lists of scalars, at most 64 KiB encoded) and is stored with the
+    /// vector, durable at the same flush.
+    pub fn add_with_metadata(&mut self, vector: &[f32], metadata: &Metadata) -> Result<u64> {
+        let ids = self.add_batch_with_metadata(None, vector, std::slice::from_ref(metadata), 1)?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| Error::InvalidArgument("no vector given".into()))
+    }
+
+    /// Adds a vector with its metadata under a caller-chosen id ([`Error::DuplicateId`] if it
+    /// is live; [`Index::upsert`] replaces instead).
+    pub fn add_with_id_and_metadata(
+        &mut self,
+        id: u64,
+        vector: &[f32],
+        metadata: &Metadata,
+    ) -> Result<()> {
+        self.add_batch_with_metadata(Some(&[id]), vector, std::slice::from_ref(metadata), 1)
+            .map(drop)
+    }
+
+    /// Adds many vectors with their metadata (one document per row; an empty one for none),
+    /// under `ids` or, without, under ids the index assigns. Everything is checked before
+    /// anything is added, as in [`Index::add_batch_with_ids`]; returns the ids in row order.
+    pub fn add_batch_with_metadata(
+        &mut self,
+        ids: Option<&[u64]>,
+        vectors: &[f32],
+        metadata: &[Metadata],
+        threads: usize,
+    ) -> Result<Vec<u64>> {
+        self.writable()?;
+        let (rows, n) = self.prepare_rows(vectors)?;
+        if metadata.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "{} metadata documents for {n} vectors",
+                metadata.len()
+            )));
+        }
+        let docs = metadata
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                format::metadata::encode(m).map_err(|e| match e {
+                    Error::InvalidArgument(why) if n > 1 => {
+                        Error::InvalidArgument(format!("row {i}: {why}"))
+                    }
+                    e => e,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let Some(ids) = ids else {
+            let start = self.next_id;
+            let ids: Vec<u64> = (0..n as u64).map(|i| start.saturating_add(i)).collect();
+            if self.flags & FLAG_CUSTOM_IDS != 0 {
+                for &id in &ids {
+                    if self.lookup(id)?.is_some() {
+                        return Err(Error::DuplicateId { id });
+                    }
+                }
+            }
+            self.insert_batch(&ids, rows, &docs, threads)?;
+            return Ok(ids);
+        };
+        if n != ids.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} ids for {n} vectors",
+                ids.len()
+            )));
+        }
+        self.check_new_ids(ids)?;
+        if self.flags & FLAG_CUSTOM_IDS == 0 && !ids.is_empty() {
+            self.with_ids(|_| ())?;
+        }
+        self.insert_batch(ids, rows, &docs, threads)?;
+        if !ids.is_empty() {
+            self.flags |= FLAG_CUSTOM_IDS;
+        }
+        Ok(ids.to_vec())
+    }
+
+    /// Fails with [`Error::DuplicateId`] if an id is live or repeated.
+    fn check_new_ids(&self, ids: &[u64]) -> Result<()> {
         let mut seen: HashSet<u64, IdHashBuilder> =
             HashSet::with_capacity_and_hasher(ids.len(), IdHashBuilder::default());
         for &id in ids {
@@ -110,14 +208,52 @@ impl Index {
                 return Err(Error::DuplicateId { id });
             }
         }
-        if self.flags & FLAG_CUSTOM_IDS == 0 && !ids.is_empty() {
-            // From now on ids need the table; build it before the flag changes lookups.
+        Ok(())
+    }
+
+    /// Replaces the metadata of `id`, keeping its vector bit for bit. Pending until the next
+    /// flush, like an add and a delete together: the id moves to a new slot holding the same
+    /// vector and the new metadata, and its old slot is deleted (so this costs about what an
+    /// add costs, and the old slot's space comes back at the next compaction).
+    /// [`Error::NotFound`] if `id` is not live.
+    pub fn set_metadata(&mut self, id: u64, metadata: &Metadata) -> Result<()> {
+        self.writable()?;
+        let old = self.lookup(id)?.ok_or(Error::NotFound { id })?;
+        let vector = self
+            .store
+            .vector(old)
+            .ok_or_else(|| Error::corrupt("vector unreadable", 0))?
+            .to_vec();
+        self.replace(id, old, vector, metadata)
+    }
+
+    /// Stores `vector` and `metadata` under `id`: an add when `id` is not live, otherwise a
+    /// replacement of both (the old vector is deleted at the same flush). Checked like an
+    /// add.
+    pub fn upsert(&mut self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
+        self.writable()?;
+        match self.lookup(id)? {
+            Some(old) => {
+                let v = self.check_vector(vector)?;
+                self.replace(id, old, v, metadata)
+            }
+            None => self.add_with_id_and_metadata(id, vector, metadata),
+        }
+    }
+
+    /// Adds `vector` (already prepared) and `metadata` under `id` in a new slot, then deletes
+    /// the id's old slot: all or nothing, pending until the next flush.
+    fn replace(&mut self, id: u64, old: u32, vector: Vec<f32>, metadata: &Metadata) -> Result<()> {
+        let doc = format::metadata::encode(metadata)?;
+        if self.flags & FLAG_CUSTOM_IDS == 0 {
+            // The id leaves its slot: from now on ids need the table.
             self.with_ids(|_| ())?;
         }
-        self.insert_batch(ids, rows, threads)?;
-        if !ids.is_empty() {
-            self.flags |= FLAG_CUSTOM_IDS;
-        }
+        // The new slot first: if it fails, nothing changed.
+        self.insert_batch(&[id], vector, std::slice::from_ref(&doc), 1)?;
+        self.flags |= FLAG_CUSTOM_IDS;
+        self.pending_deletes.insert(old);
+        self.dirty = true;
         Ok(())
     }
 
@@ -145,10 +281,14 @@ impl Index {
     /// the slots written are reused by the next add). Phase 2 links them: one thread takes the
     /// single-add path slot by slot (the same graph as a loop of [`Index::add`]); more link in
     /// parallel.
+    ///
+    /// `docs` holds each row's encoded metadata document, or is empty for none; it is stored
+    /// with its slot (phase 1) and never changes afterwards.
     pub(super) fn insert_batch(
         &mut self,
         ids: &[u64],
         flat: Vec<f32>,
+        docs: &[Vec<u8>],
         threads: usize,
     ) -> Result<()> {
         let threads = match threads {
@@ -171,7 +311,12 @@ impl Index {
             } else {
                 0
             };
-            self.store.write_slot(slot, id, &[], upper_ref)?;
+            let metadata_ref = match docs.get(i) {
+                Some(doc) => self.store.alloc_metadata(doc)?,
+                None => 0,
+            };
+            self.store
+                .write_slot_with_metadata(slot, id, &[], upper_ref, metadata_ref)?;
             levels.push(level);
         }
         self.store.write_vectors(first, &flat)?;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::format::header::FLAG_CUSTOM_IDS;
+use crate::format::metadata::Metadata;
 use crate::idmap::IdHashBuilder;
 
 use super::{lock, Index};
@@ -81,5 +82,12 @@ impl Index {
             .vector(slot)
             .map(|v| v.to_vec())
             .ok_or_else(|| Error::corrupt("vector unreadable", 0))
+    }
+
+    /// The metadata stored with `id` (empty when it has none); [`Error::NotFound`] if `id` is
+    /// not live, [`Error::Corrupt`] if its document doesn't read back.
+    pub fn get_metadata(&self, id: u64) -> Result<Metadata> {
+        let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
+        Ok(self.store.metadata(slot)?.to_metadata())
     }
 }

@@ -29,9 +29,10 @@ mod walk;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use crate::error::{Error, Result};
+use crate::filter::index::FilterIndex;
 use crate::format::header::FLAG_CUSTOM_IDS;
 use crate::format::record;
 use crate::format::vector::{VectorLayout, VectorRef};
@@ -67,6 +68,8 @@ pub struct Index {
     dirty: bool,
     ids: Mutex<Option<IdMap>>,
     scratch: Mutex<Vec<Scratch>>,
+    /// Field indexes of the metadata, built as filters name fields (never stored).
+    filters: RwLock<FilterIndex>,
     /// Distance computations made by searches on this handle (for benchmarks).
     search_distances: AtomicU64,
     report: OpenReport,

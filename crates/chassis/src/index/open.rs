@@ -10,7 +10,9 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::filter::index::FilterIndex;
 
 use crate::error::{Error, Result};
 use crate::format::header::{self, Header};
@@ -201,6 +203,7 @@ impl Index {
             dirty: false,
             ids: Mutex::new(None),
             scratch: Mutex::new(Vec::new()),
+            filters: RwLock::new(FilterIndex::new()),
             search_distances: AtomicU64::new(0),
             report: OpenReport::default(),
             walk: WalkCheck::new(h.flags, h.committed_count, metric),

@@ -188,7 +188,10 @@ impl Index {
         for batch in live.chunks(PARALLEL_CHUNK) {
             let mut ids = Vec::with_capacity(batch.len());
             let mut flat = Vec::with_capacity(batch.len() * self.dims());
+            // Metadata is carried as its encoded bytes (checked on the way out).
+            let mut docs = Vec::with_capacity(batch.len());
             for &slot in batch {
+                docs.push(self.store.metadata(slot)?.bytes().to_vec());
                 let id = self.id_of(slot)?;
                 let v = self
                     .store
@@ -198,7 +201,7 @@ impl Index {
                 ids.push(id);
                 flat.extend_from_slice(&v.to_vec());
             }
-            new.insert_batch(&ids, flat, options.threads)?;
+            new.insert_batch(&ids, flat, &docs, options.threads)?;
             progress(new.count as usize, live.len());
         }
         progress(live.len(), live.len());

@@ -5,8 +5,13 @@
 //! first, each with its exact distance.
 
 use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
+use crate::filter::index::DocSource;
+use crate::filter::search::{Strategy, Target};
+use crate::filter::Filter;
+use crate::format::metadata::DocRef;
 use crate::graph::{self, AlignedVector, Scored};
 use crate::query::Neighbor;
 
@@ -118,4 +123,100 @@ impl Index {
             .map(|s| self.id_of(s))
             .collect()
     }
+}
+
+/// The writer's documents, for the filter index.
+struct Docs<'a>(&'a crate::storage::Store);
+
+impl DocSource for Docs<'_> {
+    fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
+        self.0.metadata(slot)
+    }
+}
+
+impl Index {
+    /// The `k` nearest live vectors whose metadata passes `filter`, nearest first: exact
+    /// distances, and min(k, live vectors that pass) of them (see [`crate::filter`] for the
+    /// language and how each query chooses between scanning what passes and searching the
+    /// graph with the filter). A malformed filter is [`Error::InvalidArgument`] before any
+    /// search work; the first filter naming a field builds that field's index.
+    pub fn search_filtered(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Neighbor>> {
+        Ok(self.search_filtered_with(query, k, ef, filter)?.0)
+    }
+
+    /// [`Index::search_filtered`], also saying how the answer was found (for tests and
+    /// benchmarks).
+    pub fn search_filtered_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        filter: &Filter,
+    ) -> Result<(Vec<Neighbor>, Strategy)> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        filter.validate()?;
+        let q = AlignedVector::new(&self.check_vector(query)?);
+        let fields = filter.fields();
+        if !read(&self.filters).ready(&fields, self.count) {
+            write(&self.filters).prepare(&fields, self.count, &Docs(&self.store))?;
+        }
+        let index = read(&self.filters);
+        let compiled = index.compile(filter);
+        let view = View {
+            store: &self.store,
+            count: self.count,
+            walk: &self.walk,
+        };
+        let target = Target {
+            store: &view,
+            dist: &self.dist,
+            entry: self.entry,
+            live: |s| self.slot_live(s),
+            upto: self.count,
+            live_count: self.len() as u64,
+        };
+        let mut scratch = self.take_scratch();
+        let distances_before = scratch.distance_count;
+        let (hits, strategy) =
+            crate::filter::search::search(&target, &q, k, ef, &compiled, &mut scratch);
+        self.search_distances.fetch_add(
+            scratch.distance_count - distances_before,
+            AtomicOrdering::Relaxed,
+        );
+        self.put_scratch(scratch);
+        let hits = hits
+            .into_iter()
+            .map(|s| {
+                Ok(Neighbor {
+                    id: self.id_of(s.slot)?,
+                    distance: s.distance,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((hits, strategy))
+    }
+
+    /// Names of the metadata fields this handle has indexed (those filters named so far).
+    pub fn indexed_fields(&self) -> Vec<String> {
+        read(&self.filters)
+            .fields()
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
 }

@@ -159,6 +159,15 @@ impl Region {
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<u16>(), n) })
     }
 
+    /// `n` bytes at `off` (metadata documents), under the contract of [`Region::f32s`]:
+    /// committed entries never change, and the writer's own are written only by `&mut` code.
+    pub fn bytes(&self, off: u64, n: usize) -> Result<&[u8]> {
+        let o = self.check(off, n as u64, 1)?;
+        // SAFETY: in bounds; every bit pattern is a valid u8; per the contract above no write
+        // to this range happens while the returned slice is alive.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o), n) })
+    }
+
     /// `n` f32 values at `off` (vectors).
     ///
     /// Callers use this only for ranges nothing writes while the slice lives: committed

@@ -18,11 +18,15 @@ mod snapshot;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
+use crate::filter::index::{Compiled, DocSource, FilterIndex};
+use crate::filter::search::{Strategy, Target};
+use crate::filter::Filter;
 use crate::format::geometry::SegmentLayout;
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
+use crate::format::metadata::{DocRef, Metadata};
 use crate::format::record;
 use crate::format::vector::{VectorLayout, VectorRef};
 use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
@@ -38,6 +42,14 @@ type IdTable = (u64, u64, HashMap<u64, u32, IdHashBuilder>);
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What a reader's snapshots have done so far.
@@ -75,6 +87,8 @@ pub struct IndexReader {
     search_distances: AtomicU64,
     /// The custom-id table: (file generation, slots scanned, id → newest slot).
     ids: Mutex<Option<IdTable>>,
+    /// Field indexes of one file's committed metadata: (file generation, index).
+    filters: RwLock<Option<(u64, FilterIndex)>>,
     counters: Counters,
     routing: AtomicBool,
 }
@@ -144,6 +158,21 @@ impl<'a> View<'a> {
 
     fn id(&self, slot: u32) -> Option<u64> {
         self.slot_word(slot, record::SLOT_ID_AT)
+    }
+}
+
+impl DocSource for View<'_> {
+    /// A committed slot's document (only those below N are ever asked for).
+    fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
+        let r = self
+            .slot_word(slot, record::SLOT_METADATA_REF_AT)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+        let file = &self.snap.file;
+        crate::storage::read_metadata(
+            &self.snap.regions.metadata_chunks,
+            |k| file.geometry.metadata_chunk_bytes(k),
+            r,
+        )
     }
 }
 
@@ -235,6 +264,7 @@ impl IndexReader {
             scratch: Mutex::new(Vec::new()),
             search_distances: AtomicU64::new(0),
             ids: Mutex::new(None),
+            filters: RwLock::new(None),
             counters,
             routing: AtomicBool::new(true),
         };
@@ -441,6 +471,122 @@ impl IndexReader {
             .vector(slot)
             .map(|v| v.to_vec())
             .ok_or_else(|| Error::corrupt("vector unreadable", 0))
+    }
+
+    /// The metadata of `id` in the current snapshot (empty when it has none).
+    pub fn get_metadata(&self, id: u64) -> Result<Metadata> {
+        let snap = self.snapshot()?;
+        let slot = self.lookup(&snap, id)?.ok_or(Error::NotFound { id })?;
+        Ok(View::new(self, &snap).doc(slot)?.to_metadata())
+    }
+
+    /// The `k` nearest live vectors whose metadata passes `filter`, on a fresh snapshot (as
+    /// [`crate::Index::search_filtered`]).
+    pub fn search_filtered(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Neighbor>> {
+        let snap = self.snapshot()?;
+        Ok(self.search_in_filtered(&snap, query, k, ef, filter)?.0)
+    }
+
+    /// A filtered search on `snap`, also saying how the answer was found. The reader's field
+    /// indexes cover its newest snapshot's committed slots: the first filter naming a field
+    /// builds that field's index, later snapshots extend it.
+    pub fn search_in_filtered(
+        &self,
+        snap: &Snapshot,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        filter: &Filter,
+    ) -> Result<(Vec<Neighbor>, Strategy)> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        filter.validate()?;
+        let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, query)?);
+        let h = &snap.header;
+        let view = View::new(self, snap);
+        let n = h.committed_count.min(u64::from(u32::MAX)) as u32;
+        let fields = filter.fields();
+        let generation = snap.file.generation;
+        let ready = read_lock(&self.filters)
+            .as_ref()
+            .is_some_and(|(g, ix)| *g == generation && ix.ready(&fields, n));
+        if !ready {
+            let mut guard = write_lock(&self.filters);
+            if guard.as_ref().is_none_or(|(g, _)| *g != generation) {
+                *guard = Some((generation, FilterIndex::new()));
+            }
+            if let Some((_, ix)) = guard.as_mut() {
+                ix.prepare(&fields, n, &view)?;
+            }
+        }
+        let guard = read_lock(&self.filters);
+        let Some((g, index)) = guard.as_ref().filter(|(g, _)| *g == generation) else {
+            // Another thread moved the index to a newer file meanwhile: this snapshot's
+            // file is gone from it; build a private one.
+            drop(guard);
+            let mut own = FilterIndex::new();
+            own.prepare(&fields, n, &view)?;
+            return self.filtered_on(&view, snap, &q, k, ef, &own.compile(filter));
+        };
+        debug_assert_eq!(*g, generation);
+        let compiled = index.compile(filter);
+        self.filtered_on(&view, snap, &q, k, ef, &compiled)
+    }
+
+    fn filtered_on(
+        &self,
+        view: &View<'_>,
+        snap: &Snapshot,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        compiled: &Compiled<'_>,
+    ) -> Result<(Vec<Neighbor>, Strategy)> {
+        let h = &snap.header;
+        let entry = (h.committed_count > 0 && h.entry_point != header::NO_ENTRY)
+            .then_some((h.entry_point, h.max_layer as usize));
+        let target = Target {
+            store: view,
+            dist: &self.dist,
+            entry,
+            live: |s| view.live(s),
+            upto: h.committed_count.min(u64::from(u32::MAX)) as u32,
+            live_count: snap.len(),
+        };
+        let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
+        let before = scratch.distance_count;
+        let (hits, strategy) =
+            crate::filter::search::search(&target, q, k, ef, compiled, &mut scratch);
+        self.search_distances
+            .fetch_add(scratch.distance_count - before, Ordering::Relaxed);
+        lock(&self.scratch).push(scratch);
+        let hits = hits
+            .into_iter()
+            .map(|s| {
+                Ok(Neighbor {
+                    id: view
+                        .id(s.slot)
+                        .ok_or_else(|| Error::corrupt("slot header unreadable", 0))?,
+                    distance: s.distance,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((hits, strategy))
+    }
+
+    /// Names of the metadata fields this reader has indexed (those filters named so far).
+    pub fn indexed_fields(&self) -> Vec<String> {
+        read_lock(&self.filters)
+            .as_ref()
+            .map(|(_, ix)| ix.fields().map(|(k, _)| k.to_string()).collect())
+            .unwrap_or_default()
     }
 
     /// Every id live in `snap`, in slot order.

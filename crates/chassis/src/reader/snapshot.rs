@@ -47,6 +47,8 @@ pub(super) struct Mapped {
 pub(super) struct Regions {
     pub(super) segments: Vec<(SegmentLayout, Mapped)>,
     pub(super) upper_chunks: Vec<Mapped>,
+    /// Committed metadata-heap chunks (only committed slots' documents are ever read).
+    pub(super) metadata_chunks: Vec<crate::storage::Mapped>,
 }
 
 /// One consistent view of the file: a committed header, the routing count R, and the regions
@@ -473,6 +475,7 @@ impl IndexReader {
             if !changed
                 && old.segments.len() as u64 == segments_wanted
                 && old.upper_chunks.len() as u64 == chunks_wanted
+                && old.metadata_chunks.len() as u64 == h.metadata_heap_chunk_count
                 && segs_same
                 && chunks_same
             {
@@ -565,11 +568,42 @@ impl IndexReader {
             }
         }
         changed |= chunks.len() != old_regions.upper_chunks.len();
+        // Metadata-heap chunks: committed ones only, which never move.
+        let mut metadata_chunks =
+            Vec::with_capacity(h.metadata_heap_chunk_count.min(1024) as usize);
+        for k in 0..h.metadata_heap_chunk_count {
+            let Some((offset, at)) = entry(table::KIND_METADATA_HEAP, k) else {
+                return Err(Error::corrupt(
+                    format!("metadata heap chunk {k} has no table entry"),
+                    0,
+                ));
+            };
+            if let Some(c) = old_regions.metadata_chunks.get(k as usize) {
+                if c.offset == offset {
+                    metadata_chunks.push(c.clone());
+                    continue;
+                }
+            }
+            let bytes = align_region(file.geometry.metadata_chunk_bytes(k));
+            let m = self.map(file, offset, bytes, at, &mut file_len)?;
+            let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
+            m.region.read(0, &mut head)?;
+            if head[..8] != record::HEAP_CHUNK_MAGIC {
+                return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
+            }
+            metadata_chunks.push(crate::storage::Mapped {
+                offset,
+                region: m.region,
+            });
+            changed = true;
+        }
+        changed |= metadata_chunks.len() != old_regions.metadata_chunks.len();
         match old {
             Some(old) if !changed => Ok(old),
             _ => Ok(Arc::new(Regions {
                 segments,
                 upper_chunks: chunks,
+                metadata_chunks,
             })),
         }
     }

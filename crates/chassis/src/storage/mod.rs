@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
+use crate::format::metadata::{self, DocRef};
 use crate::format::vector::{VectorLayout, VectorRef};
 use crate::format::{self, align_region, live, record, table, vector, DATA_START};
 use crate::mutants::{self, Mutant};
@@ -61,10 +62,10 @@ pub(crate) const HEAD_READ: u64 = 4096;
 pub const ALLOCATE_STEP: u64 = 1 << 20;
 
 /// A mapped heap chunk or table page.
-#[derive(Debug)]
-struct Mapped {
-    offset: u64,
-    region: Region,
+#[derive(Clone, Debug)]
+pub(crate) struct Mapped {
+    pub(crate) offset: u64,
+    pub(crate) region: Region,
 }
 
 /// A table page and the table it belongs to.
@@ -91,6 +92,11 @@ pub struct Store {
     upper_chunks: Vec<Mapped>,
     /// Bytes of each upper-heap chunk allocated on disk.
     upper_allocated: Vec<u64>,
+    /// Metadata-heap chunks (heap kind 2, table kind 3) and their bytes allocated on disk.
+    metadata_chunks: Vec<Mapped>,
+    metadata_allocated: Vec<u64>,
+    /// Heap reference of the first free metadata-heap byte (0 before any chunk).
+    metadata_next: u64,
     table_pages: Vec<TablePage>,
     upper_next: u64,
     file_end: u64,
@@ -166,6 +172,41 @@ fn read_copy(storage: &dyn Storage, len: u64, copy: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; n as usize];
     storage.read_at(off, &mut buf)?;
     Ok(buf)
+}
+
+/// The metadata document at heap reference `r` in `chunks` (0: the empty document), its
+/// bounds and checksum checked. `chunk_bytes(k)` is chunk k's size.
+pub(crate) fn read_metadata<'a>(
+    chunks: &'a [Mapped],
+    chunk_bytes: impl Fn(u64) -> u64,
+    r: u64,
+) -> Result<DocRef<'a>> {
+    if r == 0 {
+        return Ok(DocRef::empty());
+    }
+    let (c, o) = record::split_heap_ref(r);
+    let chunk = chunks.get(c as usize).ok_or_else(|| {
+        Error::corrupt(
+            format!("metadata reference {r:#x} names a chunk past the heap"),
+            0,
+        )
+    })?;
+    let size = chunk_bytes(u64::from(c)).min(chunk.region.len());
+    let o = u64::from(o);
+    if o < record::HEAP_CHUNK_HEAD_BYTES
+        || !o.is_multiple_of(8)
+        || o + metadata::ENTRY_HEAD_BYTES > size
+    {
+        return Err(Error::corrupt(
+            format!("metadata reference {r:#x} is outside its chunk"),
+            chunk.offset,
+        ));
+    }
+    let at = chunk.offset + o;
+    let head = chunk.region.bytes(o, metadata::ENTRY_HEAD_BYTES as usize)?;
+    let len = metadata::entry_len(head, size - o - metadata::ENTRY_HEAD_BYTES, at)?;
+    let doc = chunk.region.bytes(o + metadata::ENTRY_HEAD_BYTES, len)?;
+    metadata::check_entry(head, doc, at)
 }
 
 /// Reads and decodes both header copies without choosing.
@@ -290,6 +331,9 @@ impl Store {
             segments: Vec::new(),
             upper_chunks: Vec::new(),
             upper_allocated: Vec::new(),
+            metadata_chunks: Vec::new(),
+            metadata_allocated: Vec::new(),
+            metadata_next: header.metadata_heap_next,
             table_pages: Vec::new(),
             upper_next: header.upper_heap_next,
             file_end: align_region(len),
@@ -450,6 +494,7 @@ impl Store {
             };
             self.upper_allocated.push(done);
         }
+        self.map_metadata_chunks(len)?;
         let next = self.header.upper_heap_next;
         let (chunk, off) = record::split_heap_ref(next);
         let ok = if self.upper_chunks.is_empty() {
@@ -463,6 +508,45 @@ impl Store {
             return Err(Error::corrupt(
                 "upper heap position outside its chunks",
                 format::header_offset(self.header_copy) + header::at::UPPER_HEAP_NEXT as u64,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Maps the committed metadata-heap chunks and checks where the heap's free space starts.
+    fn map_metadata_chunks(&mut self, len: u64) -> Result<()> {
+        for k in 0..self.header.metadata_heap_chunk_count {
+            let (offset, at) = self.table_entry(table::KIND_METADATA_HEAP, k)?;
+            let bytes = align_region(self.geometry.metadata_chunk_bytes(k));
+            table::check_region(offset, bytes, len, at)?;
+            let region = self.storage.map(offset, bytes, self.writable)?;
+            let mut head = [0u8; record::HEAP_CHUNK_HEAD_BYTES as usize];
+            region.read(0, &mut head)?;
+            if head[..8] != record::HEAP_CHUNK_MAGIC {
+                return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
+            }
+            self.metadata_chunks.push(Mapped { offset, region });
+            let (next_chunk, next_off) = record::split_heap_ref(self.header.metadata_heap_next);
+            let done = match k.cmp(&u64::from(next_chunk)) {
+                std::cmp::Ordering::Less => self.geometry.metadata_chunk_bytes(k),
+                std::cmp::Ordering::Equal => u64::from(next_off),
+                std::cmp::Ordering::Greater => 0,
+            };
+            self.metadata_allocated.push(done);
+        }
+        let next = self.header.metadata_heap_next;
+        let (chunk, off) = record::split_heap_ref(next);
+        let ok = if self.metadata_chunks.is_empty() {
+            next == 0
+        } else {
+            u64::from(chunk) < self.header.metadata_heap_chunk_count
+                && u64::from(off) >= record::HEAP_CHUNK_HEAD_BYTES
+                && u64::from(off) <= self.geometry.metadata_chunk_bytes(u64::from(chunk))
+        };
+        if !ok {
+            return Err(Error::corrupt(
+                "metadata heap position outside its chunks",
+                format::header_offset(self.header_copy) + header::at::METADATA_HEAP_NEXT as u64,
             ));
         }
         Ok(())
@@ -517,6 +601,42 @@ impl Store {
     /// Upper-heap chunks mapped.
     pub fn upper_chunk_count(&self) -> u64 {
         self.upper_chunks.len() as u64
+    }
+
+    /// Metadata-heap chunks mapped.
+    pub fn metadata_chunk_count(&self) -> u64 {
+        self.metadata_chunks.len() as u64
+    }
+
+    /// Bytes of the metadata heap in use: chunk heads, entries and the unused tails of full
+    /// chunks, up to the first free byte.
+    pub fn metadata_bytes(&self) -> u64 {
+        let (chunk, off) = record::split_heap_ref(self.metadata_next);
+        if self.metadata_chunks.is_empty() {
+            return 0;
+        }
+        (0..u64::from(chunk))
+            .map(|k| self.geometry.metadata_chunk_bytes(k))
+            .sum::<u64>()
+            + u64::from(off)
+    }
+
+    /// The metadata document `r` names (0: the empty document). Committed entries never
+    /// change; the checksum in the entry's head is checked on every read.
+    pub fn metadata_at(&self, r: u64) -> Result<DocRef<'_>> {
+        read_metadata(
+            &self.metadata_chunks,
+            |k| self.geometry.metadata_chunk_bytes(k),
+            r,
+        )
+    }
+
+    /// The metadata document of `slot` (the empty one when it has none).
+    pub fn metadata(&self, slot: u32) -> Result<DocRef<'_>> {
+        let (_, _, r) = self
+            .slot_header(slot)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+        self.metadata_at(r)
     }
 
     /// Table pages mapped.
@@ -842,9 +962,78 @@ impl Store {
         Ok(record::heap_ref(chunk, off))
     }
 
+    fn append_metadata_chunk(&mut self) -> Result<()> {
+        let k = self.metadata_chunks.len() as u64;
+        let (offset, region) = self.append_region(self.geometry.metadata_chunk_bytes(k))?;
+        self.storage
+            .allocate(offset, record::HEAP_CHUNK_HEAD_BYTES)
+            .map_err(no_space)?;
+        region.write(
+            0,
+            &record::encode_heap_chunk_head(record::HEAP_KIND_METADATA),
+        )?;
+        self.set_table_entry(table::KIND_METADATA_HEAP, k, offset)?;
+        self.metadata_chunks.push(Mapped { offset, region });
+        self.metadata_allocated.push(record::HEAP_CHUNK_HEAD_BYTES);
+        self.publish_regions()
+    }
+
+    /// Stores an encoded metadata document in the metadata heap and returns its heap
+    /// reference (0, and nothing stored, for the empty document). The entry counts from the
+    /// next commit; until then it is the writer's own.
+    pub fn alloc_metadata(&mut self, doc: &[u8]) -> Result<u64> {
+        self.require_writable()?;
+        if doc.len() <= 2 && doc.iter().all(|&b| b == 0) {
+            return Ok(0);
+        }
+        let entry = metadata::encode_entry(doc);
+        let bytes = entry.len() as u64;
+        let (mut chunk, mut off) = record::split_heap_ref(self.metadata_next);
+        off = off.max(record::HEAP_CHUNK_HEAD_BYTES as u32);
+        let fits = (chunk as usize) < self.metadata_chunks.len()
+            && u64::from(off) + bytes <= self.geometry.metadata_chunk_bytes(u64::from(chunk));
+        if !fits {
+            self.append_metadata_chunk()?;
+            chunk = (self.metadata_chunks.len() - 1) as u32;
+            off = record::HEAP_CHUNK_HEAD_BYTES as u32;
+            self.metadata_next = record::heap_ref(chunk, off);
+        }
+        // Allocate before writing (decision 5: a full disk fails here, not with SIGBUS).
+        let c = chunk as usize;
+        let done = self.metadata_allocated.get(c).copied().unwrap_or(0);
+        let end = u64::from(off) + bytes;
+        if end > done {
+            let chunk_bytes = self.geometry.metadata_chunk_bytes(c as u64);
+            let to = end.max(done + ALLOCATE_STEP).min(chunk_bytes);
+            let base = self.metadata_chunks.get(c).map_or(0, |m| m.offset);
+            self.storage
+                .allocate(base + done, to - done)
+                .map_err(no_space)?;
+            if let Some(a) = self.metadata_allocated.get_mut(c) {
+                *a = to;
+            }
+        }
+        let region = &self.metadata_chunks[c].region;
+        region.write(u64::from(off), &entry)?;
+        self.metadata_next = record::heap_ref(chunk, off + bytes as u32);
+        Ok(record::heap_ref(chunk, off))
+    }
+
     /// Writes a new slot: its full 24-byte header (deleted epoch 0), its vector, and a level-0
     /// record with `upper_ref` and every neighbor word empty. The segment must be mapped.
     pub fn write_slot(&self, slot: u32, id: u64, vector: &[f32], upper_ref: u64) -> Result<()> {
+        self.write_slot_with_metadata(slot, id, vector, upper_ref, 0)
+    }
+
+    /// [`Store::write_slot`], naming a metadata entry from [`Store::alloc_metadata`].
+    pub fn write_slot_with_metadata(
+        &self,
+        slot: u32,
+        id: u64,
+        vector: &[f32],
+        upper_ref: u64,
+        metadata_ref: u64,
+    ) -> Result<()> {
         self.require_writable()?;
         let (seg, off) = self
             .slot_place(slot)
@@ -855,10 +1044,10 @@ impl Store {
             r.write(header_at + record::SLOT_ID_AT, &id.to_le_bytes())?;
             r.write(
                 header_at + record::SLOT_METADATA_REF_AT,
-                &0u64.to_le_bytes(),
+                &metadata_ref.to_le_bytes(),
             )?;
         } else {
-            r.write(header_at, &record::encode_slot_header(id, 0, 0))?;
+            r.write(header_at, &record::encode_slot_header(id, 0, metadata_ref))?;
         }
         if !vector.is_empty() {
             self.write_vectors(slot, vector)?;
@@ -956,6 +1145,9 @@ impl Store {
             .u64_at(base + live::UPPER_HEAP_CHUNK_COUNT_AT)?
             .store(self.upper_chunks.len() as u64, Ordering::Relaxed);
         self.meta
+            .u64_at(base + live::METADATA_HEAP_CHUNK_COUNT_AT)?
+            .store(self.metadata_chunks.len() as u64, Ordering::Relaxed);
+        self.meta
             .u32_at(base + live::TABLE_PAGE_COUNT_AT)?
             .store(pages as u32, Ordering::Release);
         Ok(())
@@ -981,6 +1173,17 @@ impl Store {
         next.segment_count = self.segments.len() as u64;
         next.upper_heap_chunk_count = self.upper_chunks.len() as u64;
         next.upper_heap_next = self.upper_next;
+        next.metadata_heap_chunk_count = self.metadata_chunks.len() as u64;
+        next.metadata_heap_next = if mutants::active(Mutant::MetadataHeapNotCommitted) {
+            self.header.metadata_heap_next
+        } else {
+            self.metadata_next
+        };
+        if next.metadata_heap_chunk_count > 0 {
+            // A file holding metadata: releases that read its layout still search it (they
+            // ignore metadata), but only a release that keeps metadata may write it.
+            next.write_version = next.write_version.max(format::METADATA_WRITE_VERSION);
+        }
         next.table_pages = self.table_pages.iter().map(|p| p.page.offset).collect();
         next.pending_delete_epoch = 0;
         let result = if deletes.is_empty() {
