@@ -247,6 +247,10 @@ def main():
     lines.append("")
     for r in results:
         lines += dataset_section(r)
+    # The filtered mode's section (bench/ann/filtered.py writes it; kept across reports).
+    filtered = ROOT / "bench" / "ann" / "filtered.md"
+    if filtered.exists():
+        lines += filtered.read_text().rstrip().splitlines() + [""]
     epilogue = ROOT / "bench" / "ann" / "epilogue.md"
     if epilogue.exists():
         lines += epilogue.read_text().rstrip().splitlines()

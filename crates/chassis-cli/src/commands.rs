@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use chassis::format::metadata;
 use chassis::graph::distance::reference;
 use chassis::os::FileStorage;
 use chassis::{Index, IndexReader, Metric};
@@ -30,6 +31,7 @@ pub struct ImportArgs {
     pub path: PathBuf,
     pub file: PathBuf,
     pub ids: Option<PathBuf>,
+    pub metadata: Option<PathBuf>,
     pub batch: usize,
     pub flush_every: usize,
     pub threads: usize,
@@ -38,7 +40,21 @@ pub struct ImportArgs {
 pub fn import(a: ImportArgs) -> Result<()> {
     let mut index =
         Index::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
-    let (m, line_ids) = data::read_vectors_with_ids(&a.file)?;
+    let data::Rows {
+        matrix: m,
+        ids: line_ids,
+        metadata: line_docs,
+    } = data::read_rows(&a.file)?;
+    let docs = match (&a.metadata, line_docs) {
+        (Some(_), Some(_)) => bail!("the JSON lines carry metadata; don't also pass --metadata"),
+        (Some(p), None) => Some(data::read_metadata_lines(p)?),
+        (None, docs) => docs,
+    };
+    if let Some(docs) = &docs {
+        if docs.len() != m.rows {
+            bail!("{} metadata lines for {} vectors", docs.len(), m.rows);
+        }
+    }
     if m.dims != index.dims() {
         bail!(
             "{} has {} dims, the index has {}",
@@ -72,11 +88,17 @@ pub fn import(a: ImportArgs) -> Result<()> {
             end = end.min(start + (a.flush_every - since_flush));
         }
         let rows = &m.data[start * m.dims..end * m.dims];
-        let added = match &ids {
-            Some(ids) => index
+        let added = match (&ids, &docs) {
+            (ids, Some(docs)) => index.add_batch_with_metadata(
+                ids.as_ref().map(|ids| &ids[start..end]),
+                rows,
+                &docs[start..end],
+                a.threads,
+            ),
+            (Some(ids), None) => index
                 .add_batch_with_ids(&ids[start..end], rows, a.threads)
                 .map(|()| ids[start..end].to_vec()),
-            None => index.add_batch(rows, a.threads),
+            (None, None) => index.add_batch(rows, a.threads),
         }
         .with_context(|| {
             format!(
@@ -117,6 +139,7 @@ pub fn import(a: ImportArgs) -> Result<()> {
 
 pub struct SearchArgs {
     pub path: PathBuf,
+    pub filter: Option<String>,
     pub vector: Option<String>,
     pub query_file: Option<PathBuf>,
     pub k: usize,
@@ -137,6 +160,12 @@ fn parse_vector(s: &str) -> Result<Vec<f32>> {
 pub fn search(a: SearchArgs) -> Result<()> {
     let index =
         IndexReader::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
+    let filter = a
+        .filter
+        .as_deref()
+        .map(chassis::Filter::parse)
+        .transpose()
+        .context("--where")?;
     let queries: Matrix = match (&a.vector, &a.query_file) {
         (Some(_), Some(_)) => bail!("give --vector or --query-file, not both"),
         (Some(v), None) => {
@@ -169,9 +198,11 @@ pub fn search(a: SearchArgs) -> Result<()> {
     let out = std::io::stdout();
     let mut out = out.lock();
     for i in 0..queries.rows {
-        let hits = index
-            .search(queries.row(i), a.k, a.ef)
-            .with_context(|| format!("query {i}"))?;
+        let hits = match &filter {
+            Some(f) => index.search_filtered(queries.row(i), a.k, a.ef, f),
+            None => index.search(queries.row(i), a.k, a.ef),
+        }
+        .with_context(|| format!("query {i}"))?;
         if a.json {
             let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
             let d: Vec<f32> = hits.iter().map(|h| h.distance).collect();
@@ -192,11 +223,18 @@ pub fn get(path: &Path, ids: &[u64], json: bool) -> Result<()> {
         IndexReader::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     for &id in ids {
         let v = index.get(id).with_context(|| format!("id {id}"))?;
+        let m = index.get_metadata(id).with_context(|| format!("id {id}"))?;
         if json {
-            println!("{}", serde_json::json!({ "id": id, "vector": v }));
+            println!(
+                "{}",
+                serde_json::json!({ "id": id, "vector": v, "metadata": metadata::to_json(&m) })
+            );
         } else {
             let s: Vec<String> = v.iter().map(|x| x.to_string()).collect();
             println!("{id}: {}", s.join(","));
+            if !m.is_empty() {
+                println!("  metadata: {}", metadata::to_json(&m));
+            }
         }
     }
     Ok(())
@@ -234,8 +272,10 @@ pub fn export(path: &Path, out: &Path, ids_out: Option<PathBuf>) -> Result<()> {
     let ids = index.ids_in(&snap)?;
     let bar = progress(ids.len() as u64, "exporting");
     let mut rows = Vec::with_capacity(ids.len());
+    let mut docs = Vec::with_capacity(ids.len());
     for &id in &ids {
         rows.push(index.get(id)?);
+        docs.push(index.get_metadata(id)?);
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -260,6 +300,18 @@ pub fn export(path: &Path, out: &Path, ids_out: Option<PathBuf>) -> Result<()> {
         out.display(),
         ids_out.display()
     );
+    if docs.iter().any(|d| !d.is_empty()) {
+        // Line i: the metadata of row i (what `import --metadata` reads back).
+        let meta_out = out.with_extension("metadata.jsonl");
+        let mut text = String::new();
+        for d in &docs {
+            text.push_str(&metadata::to_json(d).to_string());
+            text.push('\n');
+        }
+        std::fs::write(&meta_out, text)
+            .with_context(|| format!("cannot write {}", meta_out.display()))?;
+        println!("and their metadata to {}", meta_out.display());
+    }
     Ok(())
 }
 
@@ -279,7 +331,14 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
         Index::open_read_only(path).with_context(|| format!("cannot open {}", path.display()))?;
     let i = index.info()?;
     let reader = IndexReader::open(path)?;
-    let routing_count = reader.snapshot()?.routing_count();
+    let snap = reader.snapshot()?;
+    let routing_count = snap.routing_count();
+    let meta = reader.metadata_summary(&snap)?;
+    let fields_json: Vec<serde_json::Value> = meta
+        .fields
+        .iter()
+        .map(|f| serde_json::json!({ "name": f.name, "vectors": f.vectors, "types": f.types }))
+        .collect();
     let allocated = storage.allocated_bytes()?;
     let g = i.geometry;
     let per_live = if i.count > 0 {
@@ -306,6 +365,8 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "file_bytes": i.file_bytes, "allocated_bytes": allocated,
                 "bytes_per_live_vector": per_live,
                 "routing_count": routing_count,
+                "metadata_bytes": meta.bytes, "metadata_vectors": meta.vectors,
+                "metadata_fields": fields_json, "indexed_fields": meta.indexed,
             })
         );
         return Ok(());
@@ -346,6 +407,24 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
         i.delete_epoch, i.pending_delete_epoch
     );
     println!("routing count: {routing_count} (slots a writer has published)");
+    if meta.vectors == 0 {
+        println!("metadata:      none");
+    } else {
+        println!(
+            "metadata:      {} bytes, {} live vectors with metadata",
+            meta.bytes, meta.vectors
+        );
+        let fields: Vec<String> = meta
+            .fields
+            .iter()
+            .map(|f| format!("{} ({}, {})", f.name, f.types.join("/"), f.vectors))
+            .collect();
+        println!("fields:        {}", fields.join(", "));
+        println!(
+            "indexed:       fields are indexed by each process as its filters name them \
+             (none yet in this one)"
+        );
+    }
     println!(
         "geometry:      K={} C={} slots; {} segments, {} heap chunks, {} table pages",
         g.segment_doublings,

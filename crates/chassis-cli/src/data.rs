@@ -2,6 +2,7 @@
 //! float64, C order; 1-D uint64 for ids), JSON lines (`{"id": 7, "vector": [...]}`), and id
 //! lists (one per line).
 
+use chassis::format::metadata::{self, Metadata};
 use std::fs;
 use std::path::Path;
 
@@ -28,6 +29,19 @@ pub fn read_vectors(path: &Path) -> Result<Matrix> {
 
 /// Like [`read_vectors`], also returning the ids a JSON-lines file carries (all or none).
 pub fn read_vectors_with_ids(path: &Path) -> Result<(Matrix, Option<Vec<u64>>)> {
+    let r = read_rows(path)?;
+    Ok((r.matrix, r.ids))
+}
+
+/// Vectors read from a file, with the ids and metadata JSON lines may carry.
+pub struct Rows {
+    pub matrix: Matrix,
+    pub ids: Option<Vec<u64>>,
+    pub metadata: Option<Vec<Metadata>>,
+}
+
+/// Reads vectors from .fvecs, .bvecs, .npy, or JSON lines (which may carry ids and metadata).
+pub fn read_rows(path: &Path) -> Result<Rows> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -44,19 +58,53 @@ pub fn read_vectors_with_ids(path: &Path) -> Result<(Matrix, Option<Vec<u64>>)> 
         "jsonl" | "ndjson" | "json" => {
             let text = std::str::from_utf8(&bytes)
                 .with_context(|| format!("{} is not UTF-8 text", path.display()))?;
-            return parse_jsonl(text).with_context(|| format!("{}", path.display()));
+            return parse_jsonl_rows(text).with_context(|| format!("{}", path.display()));
         }
         _ => bail!(
             "{}: unsupported vector file (use .fvecs, .bvecs, .npy or .jsonl)",
             path.display()
         ),
     };
-    Ok((m, None))
+    Ok(Rows {
+        matrix: m,
+        ids: None,
+        metadata: None,
+    })
+}
+
+/// One metadata document per line (line i for row i): a JSON object, or an empty line or
+/// `null` for none.
+pub fn read_metadata_lines(path: &Path) -> Result<Vec<Metadata>> {
+    let text = fs::read_to_string(path)
+        .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?;
+    let body = text.strip_suffix('\n').unwrap_or(&text);
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    body.split('\n')
+        .enumerate()
+        .map(|(i, line)| {
+            let line = line.trim();
+            if line.is_empty() || line == "null" {
+                return Ok(Metadata::new());
+            }
+            metadata::parse_json(line).with_context(|| format!("{} line {}", path.display(), i + 1))
+        })
+        .collect()
 }
 
 /// JSON lines: `{"id": 7, "vector": [...]}` (the id optional, but all or none) or a bare
 /// array per line. Blank lines are skipped.
 pub fn parse_jsonl(text: &str) -> Result<(Matrix, Option<Vec<u64>>)> {
+    let r = parse_jsonl_rows(text)?;
+    Ok((r.matrix, r.ids))
+}
+
+/// JSON lines: `[...]` or `{"vector": [...], "id": 7, "metadata": {...}}` per line (ids on
+/// every line or none; metadata optional per line).
+pub fn parse_jsonl_rows(text: &str) -> Result<Rows> {
+    let mut docs: Vec<Metadata> = Vec::new();
+    let mut any_metadata = false;
     let mut data = Vec::new();
     let mut ids = Vec::new();
     let mut dims = None;
@@ -67,15 +115,23 @@ pub fn parse_jsonl(text: &str) -> Result<(Matrix, Option<Vec<u64>>)> {
         }
         let v: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("line {}: not JSON", i + 1))?;
-        let (id, vector) = match &v {
-            serde_json::Value::Array(_) => (None, &v),
+        let (id, vector, doc) = match &v {
+            serde_json::Value::Array(_) => (None, &v, None),
             serde_json::Value::Object(o) => (
                 o.get("id"),
                 o.get("vector")
                     .with_context(|| format!("line {}: no \"vector\"", i + 1))?,
+                o.get("metadata").filter(|m| !m.is_null()),
             ),
             _ => bail!("line {}: expected an object or an array", i + 1),
         };
+        docs.push(match doc {
+            Some(m) => {
+                any_metadata = true;
+                metadata::from_json(m).with_context(|| format!("line {}: metadata", i + 1))?
+            }
+            None => Metadata::new(),
+        });
         let values: Vec<f32> = vector
             .as_array()
             .with_context(|| format!("line {}: \"vector\" is not an array", i + 1))?
@@ -114,7 +170,11 @@ pub fn parse_jsonl(text: &str) -> Result<(Matrix, Option<Vec<u64>>)> {
         bail!("vectors are empty");
     }
     let ids = (!ids.is_empty()).then_some(ids);
-    Ok((Matrix { rows, dims, data }, ids))
+    Ok(Rows {
+        matrix: Matrix { rows, dims, data },
+        ids,
+        metadata: any_metadata.then_some(docs),
+    })
 }
 
 /// Ids from a `.npy` of uint64 (1-D) or a text file of one id per line.

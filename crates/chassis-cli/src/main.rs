@@ -52,8 +52,9 @@ enum Command {
     /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
         after_help = "Examples:\n  chassis import docs.chassis embeddings.npy\n  \
-        chassis import docs.chassis docs.jsonl            # {\"id\": 7, \"vector\": [...]} per line\n  \
-        chassis import docs.chassis emb.npy --ids ids.npy --flush-every 100000\n\n\
+        chassis import docs.chassis docs.jsonl            # {\"id\": 7, \"vector\": [...], \"metadata\": {...}} per line\n  \
+        chassis import docs.chassis emb.npy --ids ids.npy --flush-every 100000\n  \
+        chassis import docs.chassis emb.npy --metadata attrs.jsonl   # line i: row i's metadata\n\n\
         Without ids the index assigns them consecutively (the first import into an empty index\n\
         gives 0..n-1 in file order). By default nothing is durable until the one flush at the\n\
         end: an interrupted import commits nothing. --flush-every N commits in pieces instead:\n\
@@ -67,6 +68,10 @@ enum Command {
         /// Ids for the vectors, in order: a 1-D uint64 .npy or a text file of one id per line.
         #[arg(long)]
         ids: Option<PathBuf>,
+        /// Metadata for the vectors: JSON lines, line i for row i (a JSON object; an empty line
+        /// or null for none).
+        #[arg(long)]
+        metadata: Option<PathBuf>,
         /// Vectors added per step (progress granularity).
         #[arg(long, default_value_t = 10_000)]
         batch: usize,
@@ -82,6 +87,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  chassis search docs.chassis --query-file queries.fvecs -k 10 --json\n  \
         chassis search docs.chassis --vector 0.1,0.2,0.3,0.4\n  \
+        chassis search docs.chassis --vector 0.1,0.2,0.3,0.4 --where '{\"tags\": {\"$contains\": \"django\"}}'\n  \
         echo '[0.1, 0.2, 0.3, 0.4]' | chassis search docs.chassis\n\n\
         Search always reads through the lock-free reader: it works while a writer holds the file\n\
         and sees what is committed when each query runs."
@@ -96,6 +102,10 @@ enum Command {
         /// One query, as comma-separated numbers.
         #[arg(long, allow_hyphen_values = true)]
         vector: Option<String>,
+        /// Only vectors whose metadata passes this filter (JSON: {"tenant": "acme"},
+        /// {"year": {"$gte": 2020}}, {"$or": [...]}; see docs/FILTERS.md).
+        #[arg(long = "where", value_name = "FILTER")]
+        filter: Option<String>,
         /// Queries: .fvecs, .bvecs, .npy or .jsonl.
         #[arg(long)]
         query_file: Option<PathBuf>,
@@ -333,6 +343,7 @@ fn run(cli: Cli) -> Result<()> {
             path,
             file,
             ids,
+            metadata,
             batch,
             flush_every,
             threads,
@@ -340,6 +351,7 @@ fn run(cli: Cli) -> Result<()> {
             path,
             file,
             ids,
+            metadata,
             batch,
             flush_every,
             threads,
@@ -347,6 +359,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Search {
             path,
             vector,
+            filter,
             query_file,
             k,
             ef,
@@ -354,6 +367,7 @@ fn run(cli: Cli) -> Result<()> {
             read_only: _,
         } => commands::search(commands::SearchArgs {
             path,
+            filter,
             vector,
             query_file,
             k,

@@ -18,7 +18,9 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Options, VectorLayout};
+use chassis::{
+    CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options, VectorLayout,
+};
 
 create_exception!(
     _chassis,
@@ -171,6 +173,22 @@ fn metric_of(s: &str) -> PyResult<Metric> {
     })
 }
 
+/// Metadata documents from JSON texts (Python serialised them), each checked.
+fn parse_docs(texts: &[String]) -> PyResult<Vec<Metadata>> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            chassis::format::metadata::parse_json(t).map_err(|e| match e {
+                Error::InvalidArgument(why) if texts.len() > 1 => {
+                    InvalidArgumentError::new_err(format!("metadata {i}: {why}"))
+                }
+                e => to_py(e),
+            })
+        })
+        .collect()
+}
+
 /// The vector layout of a file format: 3 (f32 vectors) or 4 (split halves).
 fn layout_of(format: u32) -> PyResult<VectorLayout> {
     match format {
@@ -240,6 +258,7 @@ impl RawIndex {
         vectors: PyReadonlyArray2<'py, f32>,
         ids: Option<PyReadonlyArray1<'py, u64>>,
         threads: usize,
+        metadata: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let data = vectors.as_slice()?.to_vec();
         let ids: Option<Vec<u64>> = match ids {
@@ -247,12 +266,85 @@ impl RawIndex {
             None => None,
         };
         let out = py.allow_threads(|| {
-            self.with_writer(|ix| match ids {
-                Some(ids) => ix.add_batch_with_ids(&ids, &data, threads).map(|()| ids),
-                None => ix.add_batch(&data, threads),
+            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
+            self.with_writer(|ix| match (ids, docs) {
+                (ids, Some(docs)) => {
+                    ix.add_batch_with_metadata(ids.as_deref(), &data, &docs, threads)
+                }
+                (Some(ids), None) => ix.add_batch_with_ids(&ids, &data, threads).map(|()| ids),
+                (None, None) => ix.add_batch(&data, threads),
             })
         })?;
         Ok(out.into_pyarray(py))
+    }
+
+    /// Replaces (or, for ids not live, adds) vectors with their metadata.
+    fn upsert(
+        &self,
+        py: Python<'_>,
+        vectors: PyReadonlyArray2<'_, f32>,
+        ids: PyReadonlyArray1<'_, u64>,
+        metadata: Vec<String>,
+    ) -> PyResult<()> {
+        let data = vectors.as_slice()?.to_vec();
+        let dims = vectors.shape()[1].max(1);
+        let ids = ids.as_slice()?.to_vec();
+        py.allow_threads(|| {
+            let docs = parse_docs(&metadata)?;
+            self.with_writer(|ix| {
+                for ((id, v), doc) in ids.iter().zip(data.chunks(dims)).zip(&docs) {
+                    ix.upsert(*id, v, doc)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    /// Replaces the metadata of live ids (all checked first).
+    fn set_metadata(
+        &self,
+        py: Python<'_>,
+        ids: PyReadonlyArray1<'_, u64>,
+        metadata: Vec<String>,
+    ) -> PyResult<()> {
+        let ids = ids.as_slice()?.to_vec();
+        py.allow_threads(|| {
+            let docs = parse_docs(&metadata)?;
+            self.with_writer(|ix| {
+                for &id in &ids {
+                    if !ix.contains(id)? {
+                        return Err(Error::NotFound { id });
+                    }
+                }
+                for (&id, doc) in ids.iter().zip(&docs) {
+                    ix.set_metadata(id, doc)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    /// The metadata of each id, as JSON text.
+    fn get_metadata(
+        &self,
+        py: Python<'_>,
+        ids: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<Vec<String>> {
+        let ids = ids.as_slice()?.to_vec();
+        py.allow_threads(|| {
+            let g = self.read();
+            ids.iter()
+                .map(|&id| {
+                    let m = match g.as_ref() {
+                        Some(Inner::Writer(ix)) => ix.get_metadata(id),
+                        Some(Inner::Reader(r)) => r.get_metadata(id),
+                        None => return Err(closed()),
+                    }
+                    .map_err(to_py)?;
+                    Ok(chassis::format::metadata::to_json(&m).to_string())
+                })
+                .collect()
+        })
     }
 
     fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
@@ -387,16 +479,39 @@ impl RawIndex {
         k: usize,
         ef: usize,
         threads: usize,
+        filters: Option<Vec<Option<String>>>,
     ) -> PyResult<Hits<'py>> {
         let rows = queries.shape()[0];
         let dims = queries.shape()[1];
         let data = queries.as_slice()?.to_vec();
         let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
+            // Every filter is parsed before any search work: a malformed one fails the call.
+            let filters: Vec<Option<Filter>> = filters
+                .unwrap_or_default()
+                .iter()
+                .map(|f| f.as_deref().map(Filter::parse).transpose())
+                .collect::<Result<_, Error>>()
+                .map_err(to_py)?;
+            if filters.len() > 1 && filters.len() != rows {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{} filters for {rows} queries: give one for all, or one per query",
+                    filters.len()
+                )));
+            }
             let g = self.read();
             let inner = g.as_ref().ok_or_else(closed)?;
-            let one = |q: &[f32]| match inner {
-                Inner::Writer(ix) => ix.search(q, k, ef),
-                Inner::Reader(r) => r.search(q, k, ef),
+            let filter_of = |r: usize| -> Option<&Filter> {
+                match filters.len() {
+                    0 => None,
+                    1 => filters[0].as_ref(),
+                    _ => filters[r].as_ref(),
+                }
+            };
+            let one = |r: usize, q: &[f32]| match (inner, filter_of(r)) {
+                (Inner::Writer(ix), None) => ix.search(q, k, ef),
+                (Inner::Reader(rd), None) => rd.search(q, k, ef),
+                (Inner::Writer(ix), Some(f)) => ix.search_filtered(q, k, ef, f),
+                (Inner::Reader(rd), Some(f)) => rd.search_filtered(q, k, ef, f),
             };
             let mut ids = vec![u64::MAX; rows * k];
             let mut dists = vec![f32::INFINITY; rows * k];
@@ -409,7 +524,7 @@ impl RawIndex {
                 // On the calling thread: no thread start per call (it would dominate the
                 // latency of one small search).
                 for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                    let hits = one(&data[r * dims..(r + 1) * dims]).map_err(to_py)?;
+                    let hits = one(r, &data[r * dims..(r + 1) * dims]).map_err(to_py)?;
                     for (i, h) in hits.iter().enumerate().take(k) {
                         ids[i] = h.id;
                         dists[i] = h.distance;
@@ -431,7 +546,7 @@ impl RawIndex {
                                 ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate()
                             {
                                 let r = c * chunk + j;
-                                let hits = one(&data[r * dims..(r + 1) * dims])?;
+                                let hits = one(r, &data[r * dims..(r + 1) * dims])?;
                                 for (i, h) in hits.iter().enumerate().take(k) {
                                     ids[i] = h.id;
                                     dists[i] = h.distance;
@@ -484,6 +599,8 @@ impl RawIndex {
                 d.set_item("read_version", i.versions.0)?;
                 d.set_item("write_version", i.versions.1)?;
                 d.set_item("format", format_of(i.vector_layout))?;
+                d.set_item("metadata_bytes", i.metadata_bytes)?;
+                d.set_item("indexed_fields", i.indexed_fields)?;
             }
             Some(Inner::Reader(r)) => {
                 let snap = r.snapshot().map_err(to_py)?;
@@ -505,6 +622,8 @@ impl RawIndex {
                 d.set_item("read_version", h.read_version)?;
                 d.set_item("write_version", h.write_version)?;
                 d.set_item("format", format_of(h.layout()))?;
+                d.set_item("metadata_bytes", snap.metadata_bytes())?;
+                d.set_item("indexed_fields", r.indexed_fields())?;
             }
             None => return Err(closed()),
         }

@@ -52,4 +52,6 @@ pub use index::{
     DEFAULT_SEED,
 };
 pub use query::Neighbor;
-pub use reader::{IndexReader, ReaderStats, Snapshot, HEADER_REREADS};
+pub use reader::{
+    FieldSummary, IndexReader, MetadataSummary, ReaderStats, Snapshot, HEADER_REREADS,
+};

@@ -5,7 +5,10 @@
 //! typed error or a working index; never a panic, never an id that was not stored.
 //!
 //! Vectors and graph words carry no checksum, so damage there can change which stored vectors
-//! a search returns; the sweep checks that it never invents one.
+//! a search returns; the sweep checks that it never invents one. Metadata entries carry one:
+//! the file holds metadata, every probe also reads documents and runs a filtered search, and a
+//! second sweep flips every bit of metadata entries and references (`Corrupt`, never a panic,
+//! never a wrong document).
 
 mod common;
 
@@ -14,10 +17,21 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use chassis::os::MemStorage;
-use chassis::{Index, IndexReader, Metric};
+use chassis::{Error, Filter, Index, IndexReader, Metadata, Metric, Value};
 use common::clustered;
 
 const CAP: usize = 16 << 20;
+
+fn doc(i: usize) -> Metadata {
+    Metadata::from([
+        ("n".to_string(), Value::Int(i as i64)),
+        ("tag".to_string(), Value::from(format!("t{}", i % 3))),
+        (
+            "list".to_string(),
+            Value::List(vec![Value::Float(i as f64 / 2.0)]),
+        ),
+    ])
+}
 
 fn build() -> (Vec<u8>, BTreeSet<u64>, Vec<Vec<f32>>, Vec<u64>) {
     let mem = MemStorage::new(CAP).unwrap();
@@ -27,8 +41,8 @@ fn build() -> (Vec<u8>, BTreeSet<u64>, Vec<Vec<f32>>, Vec<u64>) {
     )
     .unwrap();
     let data = clustered(90, 4, 5, 12);
-    for v in &data[..60] {
-        ix.add(v).unwrap();
+    for (i, v) in data[..60].iter().enumerate() {
+        ix.add_with_metadata(v, &doc(i)).unwrap();
     }
     ix.flush().unwrap();
     for id in [3, 17, 41] {
@@ -65,8 +79,26 @@ fn probe(img: &[u8], stored: &BTreeSet<u64>, queries: &[Vec<f32>]) -> Option<Str
                 }
             }
             if let Ok(ids) = ix.ids() {
+                for &id in &ids {
+                    if let Ok(m) = ix.get_metadata(id) {
+                        if id < 60 && !m.is_empty() && m != doc(id as usize) {
+                            return Some(format!("writer metadata of {id} is {m:?}"));
+                        }
+                    }
+                }
                 if let Some(v) = check_ids(ids, "writer ids") {
                     return Some(v);
+                }
+            }
+            let f = Filter::eq("tag", "t1");
+            for q in queries.iter().take(3) {
+                if let Ok(hits) = ix.search_filtered(q, 5, 32, &f) {
+                    if let Some(v) = check_ids(
+                        hits.iter().map(|h| h.id).collect(),
+                        "writer filtered search",
+                    ) {
+                        return Some(v);
+                    }
                 }
             }
             let _ = ix.check(0);
@@ -86,6 +118,17 @@ fn probe(img: &[u8], stored: &BTreeSet<u64>, queries: &[Vec<f32>]) -> Option<Str
         }
         // The lock-free reader.
         if let Ok(r) = IndexReader::open_in(Arc::new(mem.reopen(false))) {
+            let f = Filter::gte("n", 10);
+            for q in queries.iter().take(3) {
+                if let Ok(hits) = r.search_filtered(q, 5, 32, &f) {
+                    if let Some(v) = check_ids(
+                        hits.iter().map(|h| h.id).collect(),
+                        "reader filtered search",
+                    ) {
+                        return Some(v);
+                    }
+                }
+            }
             for q in queries {
                 if let Ok(hits) = r.search(q, 5, 32) {
                     if let Some(v) = check_ids(hits.iter().map(|h| h.id).collect(), "reader search")
@@ -196,4 +239,126 @@ fn a_damaged_layer_count_is_bounded_and_reported() {
         "{:?}",
         report.problems
     );
+}
+
+/// Every bit of the metadata heap's entries and of the slots' metadata references, flipped
+/// one at a time: reading a document is the original or `Corrupt` (the entry checksum and
+/// the document checks catch every flip), `check` reports each one it touches, filtered
+/// searches fail or return stored ids, and nothing panics.
+#[test]
+fn every_flip_in_metadata_is_corrupt_or_harmless() {
+    let mem = MemStorage::new(CAP).unwrap();
+    let mut ix = Index::create_in(
+        Arc::new(mem.reopen(true)),
+        common::small(4, Metric::L2Squared, 8, 32),
+    )
+    .unwrap();
+    let data = clustered(40, 4, 3, 5);
+    for (i, v) in data.iter().enumerate() {
+        ix.add_with_metadata(v, &doc(i)).unwrap();
+    }
+    ix.flush().unwrap();
+    let store = ix.store();
+    let (chunk, used) = {
+        let h = store.header();
+        assert_eq!(h.metadata_heap_chunk_count, 1);
+        (0usize, (h.metadata_heap_next & 0xFFFF_FFFF) as usize)
+    };
+    // Where the first chunk and each slot's reference lie, found from the file itself.
+    let img = mem.current_image();
+    let chunk_offset = {
+        let mut found = None;
+        for off in (196_608..img.len()).step_by(65_536) {
+            if &img[off..off + 8] == b"CHHEAP\0\0" && img[off + 8] == 2 {
+                found = Some(off);
+                break;
+            }
+        }
+        found.expect("a metadata chunk")
+    };
+    let _ = chunk;
+    let mut refs = Vec::new();
+    for slot in 0..40u32 {
+        let (_, _, r) = store.slot_header(slot).unwrap();
+        assert_ne!(r, 0);
+        // Slot headers lie in the segment: find each by its id and metadata reference.
+        let want = [slot as u64, 0, r]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect::<Vec<u8>>();
+        let at = img
+            .windows(24)
+            .position(|w| w == want.as_slice())
+            .expect("slot header in the image");
+        refs.push(at + 16);
+    }
+    drop(ix);
+    let stored: BTreeSet<u64> = (0..40).collect();
+    let (mut cases, mut bad) = (0usize, Vec::new());
+    // The first entries (a third of the heap) and every reference.
+    let mut bytes: Vec<usize> = (chunk_offset + 16..chunk_offset + 16 + used / 3).collect();
+    for r in &refs {
+        bytes.extend(*r..*r + 8);
+    }
+    for byte in bytes {
+        for bit in 0..8 {
+            let mut b = img.clone();
+            b[byte] ^= 1 << bit;
+            cases += 1;
+            let r = catch_unwind(AssertUnwindSafe(|| -> Option<String> {
+                let m = MemStorage::from_image(&b, CAP).ok()?;
+                let ix = Index::open_in_read_only(Arc::new(m.reopen(false))).ok()?;
+                let mut damaged = 0;
+                for id in 0..40u64 {
+                    match ix.get_metadata(id) {
+                        Ok(d) if d == doc(id as usize) => {}
+                        // A reference flipped to 0 reads as "no metadata": slot headers carry
+                        // no checksum (a flipped id is as silent); any other flip is caught.
+                        Ok(d) if d.is_empty() && refs.contains(&(byte & !7)) => {}
+                        Ok(d) => return Some(format!("metadata of {id} read back as {d:?}")),
+                        Err(Error::Corrupt { .. }) => damaged += 1,
+                        Err(e) => return Some(format!("metadata of {id}: untyped {e}")),
+                    }
+                }
+                let report = ix.check(0).ok()?;
+                let flagged = report
+                    .problems
+                    .iter()
+                    .filter(|p| p.contains("metadata"))
+                    .count();
+                if flagged != damaged {
+                    return Some(format!(
+                        "check reports {flagged} metadata problems, reads found {damaged}"
+                    ));
+                }
+                let reader = IndexReader::open_in(Arc::new(m.reopen(false))).ok()?;
+                for f in [Filter::eq("tag", "t1"), Filter::gt("list", 3.0)] {
+                    for h in [
+                        ix.search_filtered(&data[0], 5, 16, &f),
+                        reader.search_filtered(&data[0], 5, 16, &f),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    {
+                        if !stored.contains(&h.id) {
+                            return Some(format!("filtered search returned {}", h.id));
+                        }
+                    }
+                }
+                None
+            }));
+            match r {
+                Ok(None) => {}
+                Ok(Some(v)) => bad.push(format!("bit {bit} of byte {byte}: {v}")),
+                Err(_) => bad.push(format!("bit {bit} of byte {byte}: panic")),
+            }
+        }
+    }
+    println!(
+        "metadata flips: {cases} damaged images, {} violations",
+        bad.len()
+    );
+    assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(20)]);
+    assert!(cases > 5_000, "too few cases: {cases}");
 }

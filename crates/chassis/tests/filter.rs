@@ -123,11 +123,7 @@ impl World {
 }
 
 /// Checks every filter on `search`; returns the strategies seen.
-fn check_all(
-    w: &World,
-    what: &str,
-    search: &Searcher<'_>,
-) -> Vec<Strategy> {
+fn check_all(w: &World, what: &str, search: &Searcher<'_>) -> Vec<Strategy> {
     let mut rng = Rng::new(77);
     let mut seen = Vec::new();
     for text in filters() {

@@ -1,7 +1,7 @@
 //! docs/FORMAT.md is the byte-level truth of the file: every `<!-- layout: NAME -->` table in it
 //! must list exactly the offsets and sizes the code uses.
 
-use chassis::format::{self, header, live, record, table};
+use chassis::format::{self, header, live, metadata, record, table};
 
 type Row = (String, u64, u64);
 
@@ -102,6 +102,15 @@ fn code_tables() -> Vec<(String, Vec<Row>)> {
                     record::UPPER_LISTS_AT - 4,
                 ),
                 ("lists", record::UPPER_LISTS_AT, 4),
+            ]),
+        ),
+        (
+            "metadata_entry".into(),
+            rows(&[
+                ("length", metadata::ENTRY_LENGTH_AT, 4),
+                ("checksum", metadata::ENTRY_CHECKSUM_AT, 4),
+                ("id", metadata::ENTRY_ID_AT, 8),
+                ("document", metadata::ENTRY_DOCUMENT_AT, 1),
             ]),
         ),
         (

@@ -21,6 +21,8 @@ Errors are ``chassis.ChassisError`` subclasses: ``CorruptError`` (``NotChassisFi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from ._chassis import (  # noqa: F401  (re-exported)
@@ -81,6 +83,43 @@ def _matrix(x, dims: int, what: str) -> np.ndarray:
             f"{what} have {a.shape[1]} dimensions, the index has {dims}"
         )
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _plain(x):
+    """json.dumps' fallback: numpy scalars and arrays as Python values."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise InvalidArgumentError(
+        f"metadata and filters hold None, bools, numbers, strings and lists of those; "
+        f"not {type(x).__name__}"
+    )
+
+
+def _json(x, what: str) -> str:
+    """``x`` (a dict) as JSON text for the native layer, which checks everything else."""
+    if not isinstance(x, dict):
+        raise InvalidArgumentError(f"{what} must be a dict, got {type(x).__name__}")
+    for key in x:
+        if not isinstance(key, str):
+            raise InvalidArgumentError(f"{what} keys must be strings, got {key!r}")
+    try:
+        return json.dumps(x, allow_nan=False, default=_plain)
+    except ValueError as e:
+        raise InvalidArgumentError(f"{what}: {e} (NaN and infinity are not allowed)") from None
+
+
+def _docs(metadata, n: int):
+    """One JSON document per row (``None`` or ``{}``: no metadata)."""
+    if metadata is None:
+        return None
+    if isinstance(metadata, dict):
+        metadata = [metadata]
+    metadata = list(metadata)
+    if len(metadata) != n:
+        raise InvalidArgumentError(f"{len(metadata)} metadata dicts for {n} vectors")
+    return ["{}" if m is None else _json(m, "metadata") for m in metadata]
 
 
 def _ids(x, what: str = "ids") -> np.ndarray:
@@ -195,7 +234,7 @@ class Index:
         """The file's path."""
         return str(self._raw.path())
 
-    def add(self, vectors, ids=None, threads: int = 0) -> np.ndarray:
+    def add(self, vectors, ids=None, metadata=None, threads: int = 0) -> np.ndarray:
         """Add one vector (1-D) or many (2-D, one per row); float32 or float64, any layout.
 
         Returns their ids as a uint64 array. Without ``ids`` the index assigns them (one above
@@ -203,6 +242,11 @@ class Index:
         ``ids`` (an int or a sequence, one per vector) those are used, and one that is live or
         repeated raises :class:`DuplicateIdError`. Every row and id is checked first: a bad one
         adds nothing. Visible to this writer's searches at once; durable at :meth:`flush`.
+
+        ``metadata``: a dict per vector (a list of dicts, or one dict for one vector; ``None``
+        for none): string keys to None, bools, ints, floats (finite), strings, or lists of
+        those; at most 64 KiB encoded per vector. Stored with the vector in the same flush,
+        returned by :meth:`get_metadata`, and what ``search(filter=...)`` filters on.
 
         ``threads``: how many threads link a batch into the graph; 0 uses every core, 1 builds
         exactly the graph that adding the rows one by one builds (the same on every run).
@@ -216,26 +260,68 @@ class Index:
         threads = int(threads)
         if threads < 0:
             raise InvalidArgumentError("threads must be 0 (every core) or more")
-        return self._raw.add(m, ids, threads)
+        return self._raw.add(m, ids, threads, _docs(metadata, m.shape[0]))
+
+    def upsert(self, vectors, ids, metadata=None) -> None:
+        """Store each vector (and its metadata) under its id: an add for an id that is not
+        live, a replacement of vector and metadata for one that is (the old one is deleted
+        in the same flush). Durable at :meth:`flush`."""
+        m = _matrix(vectors, self.dims, "vectors")
+        ids = _ids(ids)
+        if ids.shape[0] != m.shape[0]:
+            raise InvalidArgumentError(f"{ids.shape[0]} ids for {m.shape[0]} vectors")
+        docs = _docs(metadata, m.shape[0]) or ["{}"] * m.shape[0]
+        self._raw.upsert(m, ids, docs)
+
+    def set_metadata(self, ids, metadata) -> None:
+        """Replace the metadata of one id (a dict) or several (a list of dicts), keeping the
+        vectors; every id must be live (:class:`NotFoundError`). Durable at :meth:`flush`.
+        Each replacement costs about what an add costs (the id moves to a new slot holding
+        the same vector; :meth:`compact` reclaims the old one)."""
+        ids = _ids(ids)
+        self._raw.set_metadata(ids, _docs(metadata, ids.shape[0]))
+
+    def get_metadata(self, ids):
+        """The metadata dict of one id, or a list of dicts for several (``{}`` for a vector
+        stored without). :class:`NotFoundError` if an id is not live."""
+        scalar = np.ndim(ids) == 0
+        out = [json.loads(t) for t in self._raw.get_metadata(_ids(ids))]
+        return out[0] if scalar else out
 
     def delete(self, ids) -> None:
         """Delete one id or many: all of them, or none if any is not live
         (:class:`NotFoundError`). Durable at :meth:`flush`."""
         self._raw.delete(_ids(ids))
 
-    def get(self, ids) -> np.ndarray:
+    def get(self, ids, metadata: bool = False):
         """The stored vector of one id (1-D) or of several (2-D). Under cosine this is the
-        normalised vector that was stored. :class:`NotFoundError` if an id is not live."""
+        normalised vector that was stored. :class:`NotFoundError` if an id is not live.
+
+        With ``metadata=True``, returns ``(vectors, metadata)``: the vectors as above and the
+        metadata dict (one id) or list of dicts (several), as :meth:`get_metadata` gives."""
         scalar = np.ndim(ids) == 0
         out = self._raw.get(_ids(ids))
-        return out[0] if scalar else out
+        out = out[0] if scalar else out
+        if metadata:
+            return out, self.get_metadata(ids)
+        return out
 
-    def search(self, queries, k: int = 10, ef: int | None = None, threads: int = 0):
+    def search(
+        self, queries, k: int = 10, ef: int | None = None, threads: int = 0, filter=None
+    ):
         """The ``k`` nearest live vectors of each query, nearest first.
 
         ``queries``: one vector (1-D) or many (2-D). ``ef``: beam width (default max(64, k);
         higher is more accurate and slower). ``threads``: for a batch, 0 uses every core, 1
         searches on the calling thread's core only.
+
+        ``filter``: only vectors whose metadata passes, as a dict in the style of Chroma,
+        Pinecone and Qdrant clients: ``{"tenant": "acme"}``, ``{"year": {"$gte": 2020}}``,
+        ``{"tags": {"$contains": "django"}}``, ``{"$or": [...]}``; operators ``$eq $ne $gt
+        $gte $lt $lte $in $nin $contains $exists $and $or $not`` (docs/FILTERS.md). One dict
+        for every query, or a list with one per query (``None``: unfiltered). A filtered
+        search returns exact distances and min(k, live vectors that pass) hits; a malformed
+        filter raises :class:`InvalidArgumentError` before any search.
 
         Returns ``(ids, distances)``: uint64 and float32 arrays of shape (n, k) (n = 1 for a
         1-D query). Where fewer than k live vectors exist, rows are padded with
@@ -248,7 +334,18 @@ class Index:
         ef = max(64, k) if ef is None else int(ef)
         if ef < 1:
             raise InvalidArgumentError("ef must be at least 1")
-        return self._raw.search(q, k, ef, int(threads))
+        if filter is None:
+            filters = None
+        elif isinstance(filter, dict):
+            filters = [_json(filter, "filter")]
+        else:
+            filters = [None if f is None else _json(f, "filter") for f in filter]
+            if len(filters) != q.shape[0]:
+                raise InvalidArgumentError(
+                    f"{len(filters)} filters for {q.shape[0]} queries: give one dict for all, "
+                    "or a list with one per query"
+                )
+        return self._raw.search(q, k, ef, int(threads), filters)
 
     def flush(self) -> None:
         """Make every add and delete since the last flush durable, all together."""

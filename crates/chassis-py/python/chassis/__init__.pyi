@@ -1,5 +1,5 @@
 from os import PathLike
-from typing import Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,7 @@ class StorageError(ChassisError): ...
 
 _Path = Union[str, PathLike[str]]
 _Ids = Union[int, npt.ArrayLike]
+_Doc = Dict[str, Any]
 
 class Index:
     @classmethod
@@ -49,16 +50,29 @@ class Index:
     @property
     def path(self) -> str: ...
     def add(
-        self, vectors: npt.ArrayLike, ids: Optional[_Ids] = None, threads: int = 0
+        self,
+        vectors: npt.ArrayLike,
+        ids: Optional[_Ids] = None,
+        metadata: Optional[Union[_Doc, Sequence[Optional[_Doc]]]] = None,
+        threads: int = 0,
     ) -> npt.NDArray[np.uint64]: ...
+    def upsert(
+        self,
+        vectors: npt.ArrayLike,
+        ids: _Ids,
+        metadata: Optional[Union[_Doc, Sequence[Optional[_Doc]]]] = None,
+    ) -> None: ...
+    def set_metadata(self, ids: _Ids, metadata: Union[_Doc, Sequence[Optional[_Doc]]]) -> None: ...
+    def get_metadata(self, ids: _Ids) -> Union[_Doc, List[_Doc]]: ...
     def delete(self, ids: _Ids) -> None: ...
-    def get(self, ids: _Ids) -> npt.NDArray[np.float32]: ...
+    def get(self, ids: _Ids, metadata: bool = False) -> Any: ...
     def search(
         self,
         queries: npt.ArrayLike,
         k: int = 10,
         ef: Optional[int] = None,
         threads: int = 0,
+        filter: Optional[Union[_Doc, Sequence[Optional[_Doc]]]] = None,
     ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
     def flush(self) -> None: ...
     def compact(

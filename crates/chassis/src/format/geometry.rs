@@ -159,6 +159,19 @@ impl Geometry {
         1u64 << (u64::from(self.heap_chunk_base_log2) + d)
     }
 
+    /// Bytes of the metadata heap in use when its first free byte is at heap reference
+    /// `next` (chunk heads, entries, and the unused tails of earlier chunks).
+    pub fn metadata_heap_bytes(&self, next: u64) -> u64 {
+        if next == 0 {
+            return 0;
+        }
+        let (chunk, off) = super::record::split_heap_ref(next);
+        (0..u64::from(chunk))
+            .map(|k| self.metadata_chunk_bytes(k))
+            .sum::<u64>()
+            + u64::from(off)
+    }
+
     /// Bytes of metadata-heap chunk `k`: as an upper-heap chunk, but never below
     /// [`super::metadata::MIN_CHUNK_BYTES`], so the largest entry fits any chunk.
     pub fn metadata_chunk_bytes(&self, k: u64) -> u64 {

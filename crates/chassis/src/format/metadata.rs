@@ -16,8 +16,9 @@
 //! ```
 //!
 //! A heap entry is `length u32` (bytes of the document), `checksum u32` (the low 32 bits of
-//! xxh3-64 over the document), the document, then zeros up to a multiple of 8. Entries never
-//! straddle two chunks.
+//! xxh3-64 over the id and the document), `id u64` (the vector's id, so a reference that
+//! damage redirects to another entry is caught), the document, then zeros up to a multiple
+//! of 8. Entries never straddle two chunks.
 //!
 //! Invariants: [`encode`] accepts only documents within [`MAX_DOCUMENT_BYTES`] and the rules
 //! above, and [`decode`] accepts exactly what [`encode`] produces; decoding never panics on
@@ -33,7 +34,15 @@ pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
 /// Longest key, in bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 255;
 /// Bytes before the document in a heap entry.
-pub const ENTRY_HEAD_BYTES: u64 = 8;
+pub const ENTRY_HEAD_BYTES: u64 = 16;
+/// Offset of the document's length in a heap entry.
+pub const ENTRY_LENGTH_AT: u64 = 0;
+/// Offset of the checksum (of the id and the document) in a heap entry.
+pub const ENTRY_CHECKSUM_AT: u64 = 4;
+/// Offset of the owning vector's id in a heap entry.
+pub const ENTRY_ID_AT: u64 = 8;
+/// Offset of the document in a heap entry.
+pub const ENTRY_DOCUMENT_AT: u64 = ENTRY_HEAD_BYTES;
 /// The smallest metadata-heap chunk: room for the chunk head and the largest entry.
 pub const MIN_CHUNK_BYTES: u64 = 128 * 1024;
 
@@ -447,9 +456,12 @@ pub fn decode(bytes: &[u8], base: u64) -> Result<Metadata> {
     Ok(DocRef::new(bytes, base)?.to_metadata())
 }
 
-/// The checksum of a document in its heap entry.
-pub fn checksum(doc: &[u8]) -> u32 {
-    xxhash_rust::xxh3::xxh3_64(doc) as u32
+/// The checksum of an entry: of its id and its document.
+pub fn checksum(id: u64, doc: &[u8]) -> u32 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&id.to_le_bytes());
+    h.update(doc);
+    h.digest() as u32
 }
 
 /// Bytes a heap entry for a document of `doc_len` bytes takes (head, document, padding).
@@ -457,11 +469,12 @@ pub fn entry_bytes(doc_len: usize) -> u64 {
     (ENTRY_HEAD_BYTES + doc_len as u64).div_ceil(8) * 8
 }
 
-/// Encodes a heap entry for an encoded document.
-pub fn encode_entry(doc: &[u8]) -> Vec<u8> {
+/// Encodes a heap entry for the document of vector `id`.
+pub fn encode_entry(id: u64, doc: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; entry_bytes(doc.len()) as usize];
-    put_u32(&mut out, 0, doc.len() as u32);
-    put_u32(&mut out, 4, checksum(doc));
+    put_u32(&mut out, ENTRY_LENGTH_AT as usize, doc.len() as u32);
+    put_u32(&mut out, ENTRY_CHECKSUM_AT as usize, checksum(id, doc));
+    super::put_u64(&mut out, ENTRY_ID_AT as usize, id);
     out[ENTRY_HEAD_BYTES as usize..ENTRY_HEAD_BYTES as usize + doc.len()].copy_from_slice(doc);
     out
 }
@@ -482,10 +495,20 @@ pub fn entry_len(head: &[u8], room: u64, at: u64) -> Result<usize> {
     Ok(len)
 }
 
-/// Checks a heap entry's document against the checksum in its head.
-pub fn check_entry<'a>(head: &[u8], doc: &'a [u8], at: u64) -> Result<DocRef<'a>> {
-    if head.len() < ENTRY_HEAD_BYTES as usize || checksum(doc) != u32_at(head, 4) {
+/// Checks a heap entry against its head: the checksum, and that it belongs to vector `id`.
+pub fn check_entry<'a>(head: &[u8], doc: &'a [u8], id: u64, at: u64) -> Result<DocRef<'a>> {
+    if head.len() < ENTRY_HEAD_BYTES as usize {
+        return Err(Error::corrupt("metadata entry head cut short", at));
+    }
+    let owner = super::u64_at(head, ENTRY_ID_AT as usize);
+    if checksum(owner, doc) != u32_at(head, ENTRY_CHECKSUM_AT as usize) {
         return Err(Error::corrupt("metadata entry checksum mismatch", at));
+    }
+    if owner != id {
+        return Err(Error::corrupt(
+            format!("metadata reference of id {id} names the entry of id {owner}"),
+            at,
+        ));
     }
     DocRef::new(doc, at + ENTRY_HEAD_BYTES)
 }
@@ -696,17 +719,26 @@ mod tests {
     #[test]
     fn entries_check_their_checksum() {
         let doc = encode(&sample()).unwrap();
-        let e = encode_entry(&doc);
+        let e = encode_entry(77, &doc);
         assert_eq!(e.len() as u64, entry_bytes(doc.len()));
         assert_eq!(e.len() % 8, 0);
-        let len = entry_len(&e[..8], e.len() as u64 - 8, 0).unwrap();
+        let len = entry_len(&e[..16], e.len() as u64 - 16, 0).unwrap();
         assert_eq!(len, doc.len());
-        let d = check_entry(&e[..8], &e[8..8 + len], 0).unwrap();
+        let d = check_entry(&e[..16], &e[16..16 + len], 77, 0).unwrap();
         assert_eq!(d.to_metadata(), sample());
-        let mut bad = e.clone();
-        bad[20] ^= 1;
-        assert!(check_entry(&bad[..8], &bad[8..8 + len], 0).is_err());
-        assert!(entry_len(&e[..8], 4, 0).is_err());
+        assert!(
+            check_entry(&e[..16], &e[16..16 + len], 78, 0).is_err(),
+            "another id's entry"
+        );
+        for byte in 4..e.len().min(16 + len) {
+            let mut bad = e.clone();
+            bad[byte] ^= 1;
+            assert!(
+                check_entry(&bad[..16], &bad[16..16 + len], 77, 0).is_err(),
+                "flip in byte {byte}"
+            );
+        }
+        assert!(entry_len(&e[..16], 4, 0).is_err());
     }
 
     proptest! {

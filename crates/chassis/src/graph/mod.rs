@@ -229,6 +229,10 @@ fn score_chunk<S: GraphStore>(
 /// Neighbor words filtered and prefetched together before any of them is scored.
 const BATCH: usize = 64;
 
+/// Vectors a scan scores together ([`scan`]), and how many such groups ahead it prefetches.
+const SCAN_GROUP: usize = 8;
+const SCAN_AHEAD: usize = 2;
+
 fn neighbors<S: GraphStore>(store: &S, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
     if layer == 0 {
         store.level0(slot)
@@ -478,36 +482,38 @@ pub fn scan<S: GraphStore>(
     if k == 0 {
         return Vec::new();
     }
-    let mut all: Vec<Scored> = Vec::new();
-    let mut pending = [0u32; BATCH];
-    let mut vectors = [VectorRef::F32(&[]); BATCH];
-    let mut distances = [0f32; BATCH];
+    // Gather first, then score in groups of SCAN_GROUP with the vectors SCAN_AHEAD groups
+    // ahead prefetched, so loads overlap without flooding the line-fill buffers.
+    let mut refs: Vec<(u32, VectorRef<'_>)> = Vec::new();
     let mut split = false;
-    let mut flush = |pending: &[u32], vectors: &[VectorRef<'_>], all: &mut Vec<Scored>| {
-        dist.walk_many(q, vectors, &mut distances);
-        all.extend(
-            pending
-                .iter()
-                .zip(&distances)
-                .map(|(&slot, &distance)| Scored { distance, slot }),
-        );
-    };
-    let mut n = 0;
     for slot in slots {
-        let Some(v) = store.vector(slot) else {
-            continue;
-        };
-        split |= matches!(v, VectorRef::Split(_));
-        prefetch_walk(v);
-        pending[n] = slot;
-        vectors[n] = v;
-        n += 1;
-        if n == BATCH {
-            flush(&pending, &vectors, &mut all);
-            n = 0;
+        if let Some(v) = store.vector(slot) {
+            split |= matches!(v, VectorRef::Split(_));
+            refs.push((slot, v));
         }
     }
-    flush(&pending[..n], &vectors[..n], &mut all);
+    let mut all: Vec<Scored> = Vec::with_capacity(refs.len());
+    for v in refs.iter().take(SCAN_GROUP * SCAN_AHEAD) {
+        prefetch_walk(v.1);
+    }
+    let mut vectors = [VectorRef::F32(&[]); SCAN_GROUP];
+    let mut distances = [0f32; SCAN_GROUP];
+    for (g, group) in refs.chunks(SCAN_GROUP).enumerate() {
+        let ahead = (g + SCAN_AHEAD) * SCAN_GROUP;
+        for v in refs.iter().skip(ahead).take(SCAN_GROUP) {
+            prefetch_walk(v.1);
+        }
+        for (dst, (_, v)) in vectors.iter_mut().zip(group) {
+            *dst = *v;
+        }
+        dist.walk_many(q, &vectors[..group.len()], &mut distances);
+        all.extend(
+            group
+                .iter()
+                .zip(&distances)
+                .map(|(&(slot, _), &distance)| Scored { distance, slot }),
+        );
+    }
     scratch.distance_count += all.len() as u64;
     if !split {
         // Walk distances are exact distances.

@@ -312,7 +312,7 @@ impl Index {
                 0
             };
             let metadata_ref = match docs.get(i) {
-                Some(doc) => self.store.alloc_metadata(doc)?,
+                Some(doc) => self.store.alloc_metadata(id, doc)?,
                 None => 0,
             };
             self.store

@@ -70,6 +70,9 @@ impl Index {
                     h.delete_epoch
                 ));
             }
+            if let Err(e) = self.store.metadata(slot) {
+                problem(format!("slot {slot}: metadata: {e}"));
+            }
             let live = epoch == 0 || epoch > h.delete_epoch;
             if live {
                 if let Some(other) = ids.insert(id, slot) {

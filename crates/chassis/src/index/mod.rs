@@ -235,6 +235,9 @@ impl Index {
             versions: (h.read_version, h.write_version),
             vector_layout: h.layout(),
             exact_walk: h.layout() == VectorLayout::SplitHalves && self.walk.exact(),
+            metadata_bytes: self.store.metadata_bytes(),
+            metadata_chunks: self.store.metadata_chunk_count(),
+            indexed_fields: self.indexed_fields(),
         })
     }
 

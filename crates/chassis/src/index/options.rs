@@ -185,4 +185,10 @@ pub struct Info {
     /// Whether searches walk this file's split vectors by exact distances (its data proved
     /// too fine for their high halves; see docs/ARCHITECTURE.md).
     pub exact_walk: bool,
+    /// Bytes of the metadata heap in use (pending adds included).
+    pub metadata_bytes: u64,
+    /// Metadata-heap chunks.
+    pub metadata_chunks: u64,
+    /// Metadata fields this handle has indexed (those its filters named).
+    pub indexed_fields: Vec<String>,
 }

@@ -26,7 +26,7 @@ use crate::filter::search::{Strategy, Target};
 use crate::filter::Filter;
 use crate::format::geometry::SegmentLayout;
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
-use crate::format::metadata::{DocRef, Metadata};
+use crate::format::metadata::{DocRef, Metadata, ValueRef};
 use crate::format::record;
 use crate::format::vector::{VectorLayout, VectorRef};
 use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
@@ -50,6 +50,30 @@ fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What [`IndexReader::metadata_summary`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataSummary {
+    /// Bytes of the committed metadata heap.
+    pub bytes: u64,
+    /// Live vectors with metadata.
+    pub vectors: u64,
+    /// Every field, by name.
+    pub fields: Vec<FieldSummary>,
+    /// Fields this reader has indexed for filters so far.
+    pub indexed: Vec<String>,
+}
+
+/// One metadata field of [`MetadataSummary`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSummary {
+    /// Its key.
+    pub name: String,
+    /// Live vectors that have it.
+    pub vectors: u64,
+    /// Its value types, in the order first seen: null, bool, int, float, string, list.
+    pub types: Vec<&'static str>,
 }
 
 /// What a reader's snapshots have done so far.
@@ -164,14 +188,17 @@ impl<'a> View<'a> {
 impl DocSource for View<'_> {
     /// A committed slot's document (only those below N are ever asked for).
     fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
+        let unmapped = || Error::corrupt(format!("slot {slot} has no segment"), 0);
         let r = self
             .slot_word(slot, record::SLOT_METADATA_REF_AT)
-            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+            .ok_or_else(unmapped)?;
+        let id = self.id(slot).ok_or_else(unmapped)?;
         let file = &self.snap.file;
         crate::storage::read_metadata(
             &self.snap.regions.metadata_chunks,
             |k| file.geometry.metadata_chunk_bytes(k),
             r,
+            id,
         )
     }
 }
@@ -579,6 +606,48 @@ impl IndexReader {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok((hits, strategy))
+    }
+
+    /// What the metadata of `snap`'s live vectors holds: bytes, how many vectors have any,
+    /// and each field with how many vectors have it and its value types (one pass over the
+    /// documents; for `chassis info`).
+    pub fn metadata_summary(&self, snap: &Snapshot) -> Result<MetadataSummary> {
+        let view = View::new(self, snap);
+        let n = snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
+        let mut fields: std::collections::BTreeMap<String, FieldSummary> = Default::default();
+        let mut vectors = 0;
+        for slot in (0..n).filter(|&s| view.live(s)) {
+            let doc = view.doc(slot)?;
+            if doc.is_empty() {
+                continue;
+            }
+            vectors += 1;
+            for (k, v) in doc.fields() {
+                let f = fields.entry(k.to_string()).or_insert_with(|| FieldSummary {
+                    name: k.to_string(),
+                    vectors: 0,
+                    types: Vec::new(),
+                });
+                f.vectors += 1;
+                let t = match v {
+                    ValueRef::Null => "null",
+                    ValueRef::Bool(_) => "bool",
+                    ValueRef::Int(_) => "int",
+                    ValueRef::Float(_) => "float",
+                    ValueRef::Str(_) => "string",
+                    ValueRef::List(_) => "list",
+                };
+                if !f.types.contains(&t) {
+                    f.types.push(t);
+                }
+            }
+        }
+        Ok(MetadataSummary {
+            bytes: snap.metadata_bytes(),
+            vectors,
+            fields: fields.into_values().collect(),
+            indexed: self.indexed_fields(),
+        })
     }
 
     /// Names of the metadata fields this reader has indexed (those filters named so far).

@@ -93,6 +93,12 @@ impl Snapshot {
     pub fn file_generation(&self) -> u64 {
         self.file.generation
     }
+    /// Bytes of the committed metadata heap.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.file
+            .geometry
+            .metadata_heap_bytes(self.header.metadata_heap_next)
+    }
     /// M of the file this snapshot reads.
     pub fn m(&self) -> usize {
         self.file.m as usize

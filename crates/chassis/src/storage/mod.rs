@@ -174,12 +174,13 @@ fn read_copy(storage: &dyn Storage, len: u64, copy: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The metadata document at heap reference `r` in `chunks` (0: the empty document), its
-/// bounds and checksum checked. `chunk_bytes(k)` is chunk k's size.
+/// The metadata document of vector `id` at heap reference `r` in `chunks` (0: the empty
+/// document), its bounds, checksum and owner checked. `chunk_bytes(k)` is chunk k's size.
 pub(crate) fn read_metadata<'a>(
     chunks: &'a [Mapped],
     chunk_bytes: impl Fn(u64) -> u64,
     r: u64,
+    id: u64,
 ) -> Result<DocRef<'a>> {
     if r == 0 {
         return Ok(DocRef::empty());
@@ -206,7 +207,7 @@ pub(crate) fn read_metadata<'a>(
     let head = chunk.region.bytes(o, metadata::ENTRY_HEAD_BYTES as usize)?;
     let len = metadata::entry_len(head, size - o - metadata::ENTRY_HEAD_BYTES, at)?;
     let doc = chunk.region.bytes(o + metadata::ENTRY_HEAD_BYTES, len)?;
-    metadata::check_entry(head, doc, at)
+    metadata::check_entry(head, doc, id, at)
 }
 
 /// Reads and decodes both header copies without choosing.
@@ -611,32 +612,26 @@ impl Store {
     /// Bytes of the metadata heap in use: chunk heads, entries and the unused tails of full
     /// chunks, up to the first free byte.
     pub fn metadata_bytes(&self) -> u64 {
-        let (chunk, off) = record::split_heap_ref(self.metadata_next);
-        if self.metadata_chunks.is_empty() {
-            return 0;
-        }
-        (0..u64::from(chunk))
-            .map(|k| self.geometry.metadata_chunk_bytes(k))
-            .sum::<u64>()
-            + u64::from(off)
+        self.geometry.metadata_heap_bytes(self.metadata_next)
     }
 
     /// The metadata document `r` names (0: the empty document). Committed entries never
     /// change; the checksum in the entry's head is checked on every read.
-    pub fn metadata_at(&self, r: u64) -> Result<DocRef<'_>> {
+    pub fn metadata_at(&self, r: u64, id: u64) -> Result<DocRef<'_>> {
         read_metadata(
             &self.metadata_chunks,
             |k| self.geometry.metadata_chunk_bytes(k),
             r,
+            id,
         )
     }
 
     /// The metadata document of `slot` (the empty one when it has none).
     pub fn metadata(&self, slot: u32) -> Result<DocRef<'_>> {
-        let (_, _, r) = self
+        let (id, _, r) = self
             .slot_header(slot)
             .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
-        self.metadata_at(r)
+        self.metadata_at(r, id)
     }
 
     /// Table pages mapped.
@@ -978,15 +973,15 @@ impl Store {
         self.publish_regions()
     }
 
-    /// Stores an encoded metadata document in the metadata heap and returns its heap
-    /// reference (0, and nothing stored, for the empty document). The entry counts from the
-    /// next commit; until then it is the writer's own.
-    pub fn alloc_metadata(&mut self, doc: &[u8]) -> Result<u64> {
+    /// Stores the encoded metadata document of vector `id` in the metadata heap and returns
+    /// its heap reference (0, and nothing stored, for the empty document). The entry counts
+    /// from the next commit; until then it is the writer's own.
+    pub fn alloc_metadata(&mut self, id: u64, doc: &[u8]) -> Result<u64> {
         self.require_writable()?;
         if doc.len() <= 2 && doc.iter().all(|&b| b == 0) {
             return Ok(0);
         }
-        let entry = metadata::encode_entry(doc);
+        let entry = metadata::encode_entry(id, doc);
         let bytes = entry.len() as u64;
         let (mut chunk, mut off) = record::split_heap_ref(self.metadata_next);
         off = off.max(record::HEAP_CHUNK_HEAD_BYTES as u32);
