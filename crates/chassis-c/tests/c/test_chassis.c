@@ -150,6 +150,56 @@ int main(int argc, char **argv) {
     /* Reopen: the flushed state is there. */
     CHECK(chassis_open(path, &ix) == CHASSIS_STATUS_OK, "reopen");
     CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len after reopen");
+
+    /* Metadata and filtered search, as JSON text. */
+    char doc[64];
+    for (int i = 0; i < 50; i++) {
+        uint64_t id = 5000 + (uint64_t)i, got = 0;
+        snprintf(doc, sizeof doc, "{\"tenant\": \"%s\", \"n\": %d}", i % 2 ? "acme" : "globex", i);
+        vector(1000 + i, v);
+        CHECK(chassis_add_with_metadata(ix, &id, v, DIMS, doc, &got) == CHASSIS_STATUS_OK && got == id,
+              "add with metadata %d", i);
+    }
+    uint64_t assigned = 0;
+    vector(2000, v);
+    CHECK(chassis_add_with_metadata(ix, NULL, v, DIMS, NULL, &assigned) == CHASSIS_STATUS_OK,
+          "add without metadata");
+    CHECK(chassis_add_with_metadata(ix, NULL, v, DIMS, "{\"$bad\": 1}", NULL) ==
+              CHASSIS_STATUS_INVALID_ARGUMENT,
+          "bad metadata");
+    vector(1000 + 7, v);
+    CHECK(chassis_search_filtered(ix, v, DIMS, 10, 64, "{\"tenant\": \"acme\", \"n\": {\"$lt\": 20}}",
+                                  ids, dist, &found) == CHASSIS_STATUS_OK && found == 10 && ids[0] == 5007,
+          "filtered search: %zu found, first %llu", found, (unsigned long long)ids[0]);
+    for (size_t i = 0; i < found; i++) {
+        CHECK(ids[i] >= 5000 && ids[i] < 5020 && ids[i] % 2 == 1, "hit %llu passes", (unsigned long long)ids[i]);
+    }
+    CHECK(chassis_search_filtered(ix, v, DIMS, 10, 64, "{\"n\": {\"$foo\": 1}}", ids, dist, &found) ==
+              CHASSIS_STATUS_INVALID_ARGUMENT,
+          "malformed filter");
+    CHECK(strstr(chassis_last_error_message(), "$foo") != NULL, "the message names the operator");
+    size_t need = 0;
+    char small[4];
+    CHECK(chassis_get_metadata(ix, 5003, small, sizeof small, &need) == CHASSIS_STATUS_BUFFER_TOO_SMALL &&
+              need == strlen("{\"n\":3,\"tenant\":\"acme\"}"),
+          "too small: need %zu", need);
+    char *text = malloc(need + 1);
+    CHECK(chassis_get_metadata(ix, 5003, text, need + 1, &need) == CHASSIS_STATUS_OK &&
+              strcmp(text, "{\"n\":3,\"tenant\":\"acme\"}") == 0,
+          "metadata: %s", text);
+    free(text);
+    CHECK(chassis_get_metadata(ix, 999999, doc, sizeof doc, &need) == CHASSIS_STATUS_NOT_FOUND, "not found");
+    CHECK(chassis_set_metadata(ix, 5003, "{\"tenant\": \"moved\"}") == CHASSIS_STATUS_OK, "set metadata");
+    CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "flush metadata");
+    CHECK(chassis_open_reader(path, &r) == CHASSIS_STATUS_OK, "reader for metadata");
+    CHECK(chassis_reader_get_metadata(r, 5003, doc, sizeof doc, &need) == CHASSIS_STATUS_OK &&
+              strcmp(doc, "{\"tenant\":\"moved\"}") == 0,
+          "reader metadata: %s", doc);
+    vector(1000 + 3, v);
+    CHECK(chassis_reader_search_filtered(r, v, DIMS, 5, 64, "{\"tenant\": \"moved\"}", ids, dist, &found) ==
+                  CHASSIS_STATUS_OK && found == 1 && ids[0] == 5003,
+          "reader filtered search");
+    chassis_reader_close(r);
     chassis_close(ix);
 
     if (failures) {
