@@ -806,6 +806,9 @@ fn golden_files_through_the_command() {
                 .map(|x| (x.as_f64().unwrap() as f32).to_bits())
                 .collect();
             assert_eq!(got, want, "{name}: get {id}");
+            if let Some(m) = g.get("metadata") {
+                assert_eq!(&line["metadata"], m, "{name}: metadata of {id}");
+            }
         }
         let (k, ef) = (expect["k"].to_string(), expect["ef"].to_string());
         for q in expect["queries"].as_array().unwrap() {
@@ -828,6 +831,35 @@ fn golden_files_through_the_command() {
             ]);
             let hits: serde_json::Value = serde_json::from_str(&out).unwrap();
             assert_eq!(hits["ids"], q["ids"], "{name}: search");
+        }
+        for q in expect
+            .get("filtered")
+            .and_then(|f| f.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let v: Vec<String> = q["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x.as_f64().unwrap() as f32).to_string())
+                .collect();
+            let filter = q["filter"].as_str().unwrap();
+            let out = ok(&[
+                "search",
+                f,
+                "--vector",
+                &v.join(","),
+                "-k",
+                &k,
+                "--ef",
+                &ef,
+                "--where",
+                filter,
+                "--json",
+            ]);
+            let hits: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(hits["ids"], q["ids"], "{name}: search --where {filter}");
         }
         // check: nothing wrong, or only vectors the writing release left unreachable (see
         // tests/golden.rs in the library).

@@ -37,6 +37,16 @@ def shows_what_it_must(ix, e):
         found, dist = ix.search(np.array(q["vector"], dtype=np.float32), k=e["k"], ef=e["ef"])
         assert [int(x) for x in found[0]] == q["ids"]
         np.testing.assert_allclose(dist[0], q["distances"], rtol=1e-5, atol=1e-6)
+    for g in e["get"]:
+        if "metadata" in g:
+            assert ix.get_metadata(g["id"]) == g["metadata"]
+    for q in e.get("filtered", []):
+        found, dist = ix.search(
+            np.array(q["vector"], dtype=np.float32), k=e["k"], ef=e["ef"],
+            filter=json.loads(q["filter"]),
+        )
+        assert [int(x) for x in found[0] if x != chassis.MISSING_ID] == q["ids"]
+        np.testing.assert_allclose(dist[0][: len(q["ids"])], q["distances"], rtol=1e-5, atol=1e-6)
 
 
 def test_the_corpus_is_here():

@@ -17,10 +17,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use chassis::format::metadata;
 use chassis::graph::distance::reference;
 use chassis::os::{MemStorage, Storage};
-use chassis::{CompactOptions, Geometry, Index, Metric, Options, VectorLayout};
-use serde_json::{json, Value};
+use chassis::{
+    CompactOptions, Filter, Geometry, Index, Metadata, Metric, Options, Value, VectorLayout,
+};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Results per expected query.
@@ -226,7 +229,98 @@ fn recipes() -> Vec<Recipe> {
                 }
             },
         },
+        Recipe {
+            name: "f4-metadata",
+            about: "format 4 with metadata (write version 5), cosine, 600 x 16: documents of \
+                    every value type, some vectors without, 12 replaced by set_metadata (new \
+                    slot, old one deleted) and 5 by upsert, 10 deleted",
+            make: |p| with_metadata(p, VectorLayout::SplitHalves, Metric::Cosine, 600, 16, 101),
+        },
+        Recipe {
+            name: "f3-metadata",
+            about: "format 3 with metadata (read version 3, write version 5), squared L2, \
+                    400 x 8, as f4-metadata",
+            make: |p| with_metadata(p, VectorLayout::F32, Metric::L2Squared, 400, 8, 102),
+        },
     ]
+}
+
+/// The document of row `i`: every value type, and rows without any.
+fn document(i: usize) -> Metadata {
+    let mut m = Metadata::new();
+    if i % 11 == 4 {
+        return m;
+    }
+    let tenants = ["acme", "globex", "initech", "umbrella"];
+    m.insert("tenant".into(), Value::from(tenants[i % 4]));
+    m.insert("year".into(), Value::Int(1990 + (i % 35) as i64));
+    m.insert(
+        "score".into(),
+        Value::Float((i * 37 % 1000) as f64 / 1000.0),
+    );
+    m.insert("draft".into(), Value::Bool(i % 3 == 0));
+    m.insert(
+        "tags".into(),
+        Value::List(
+            (0..i % 4)
+                .map(|j| Value::from(format!("t{}", (i + j * 7) % 13)))
+                .collect(),
+        ),
+    );
+    if i % 7 == 0 {
+        m.insert("note".into(), Value::Null);
+    }
+    if i % 5 == 0 {
+        m.insert(
+            "text".into(),
+            Value::Str(format!("document {i}: ").repeat(1 + i % 9)),
+        );
+    }
+    m.insert(
+        "mixed".into(),
+        if i % 2 == 0 {
+            Value::Int(i as i64 % 50)
+        } else {
+            Value::Float(i as f64 % 50.0 + 0.5)
+        },
+    );
+    m
+}
+
+fn with_metadata(
+    p: &Path,
+    layout: VectorLayout,
+    metric: Metric,
+    n: usize,
+    dims: usize,
+    seed: u64,
+) -> Made {
+    let data = clustered(n, dims, seed, 0.0, 1.0);
+    let docs: Vec<Metadata> = (0..n).map(document).collect();
+    let mut ix = Index::create(p, options(layout, metric, dims, 8)).unwrap();
+    ix.add_batch_with_metadata(None, &flat(&data), &docs, 1)
+        .unwrap();
+    ix.flush().unwrap();
+    for i in (0..n).step_by(n / 12) {
+        let mut m = document(i + 1000);
+        m.insert("replaced".into(), Value::Bool(true));
+        ix.set_metadata(i as u64, &m).unwrap();
+    }
+    for i in (3..n).step_by(n / 5).take(5) {
+        let v: Vec<f32> = data[i].iter().map(|x| x * 0.5 + 0.1).collect();
+        ix.upsert(i as u64, &v, &document(i + 2000)).unwrap();
+    }
+    let deleted: Vec<u64> = (0..10).map(|i| 5 + i * (n as u64 / 10)).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    assert_eq!(ix.info().unwrap().versions.1, 5);
+    Made {
+        note: "all committed",
+        deleted,
+        recovery: None,
+    }
 }
 
 fn options(layout: VectorLayout, metric: Metric, dims: usize, m: usize) -> Options {
@@ -454,7 +548,7 @@ fn f64s(v: &[f32]) -> Vec<f64> {
 }
 
 /// Reads the finished file back through a read-only writer handle and records what it shows.
-fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> Value {
+fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json::Value {
     // A copy: opening as the writer may recover, and the golden file must not change.
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("copy.chassis");
@@ -479,10 +573,16 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> Value {
     }
     let metric = ix.metric();
     let vectors: Vec<(u64, Vec<f32>)> = ids.iter().map(|&i| (i, ix.get(i).unwrap())).collect();
-    let mut sample: Vec<Value> = Vec::new();
+    let mut sample: Vec<serde_json::Value> = Vec::new();
     let step = (ids.len() / 6).max(1);
+    let has_metadata = ix.info().unwrap().metadata_chunks > 0;
     for (id, v) in vectors.iter().step_by(step).take(8) {
-        sample.push(json!({ "id": id, "vector": f64s(v) }));
+        if has_metadata {
+            let m = metadata::to_json(&ix.get_metadata(*id).unwrap());
+            sample.push(json!({ "id": id, "vector": f64s(v), "metadata": m }));
+        } else {
+            sample.push(json!({ "id": id, "vector": f64s(v) }));
+        }
     }
     let mut rng = Rng::new(0x601D);
     let mut queries = Vec::new();
@@ -545,6 +645,58 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> Value {
             "distances": truth.iter().map(|t| f64::from(t.0)).collect::<Vec<_>>(),
         }));
     }
+    // Filtered queries, with their exact answers (brute force over the live documents).
+    let mut filtered = Vec::new();
+    if has_metadata {
+        let docs: Vec<(u64, Metadata)> = ids
+            .iter()
+            .map(|&i| (i, ix.get_metadata(i).unwrap()))
+            .collect();
+        for (j, text) in [
+            r#"{"tenant": "acme"}"#,
+            r#"{"year": {"$gte": 2010, "$lt": 2015}}"#,
+            r#"{"tags": {"$contains": "t3"}}"#,
+            r#"{"$or": [{"draft": true}, {"note": null}]}"#,
+            r#"{"mixed": {"$gt": 40}}"#,
+            r#"{"replaced": true}"#,
+            r#"{"tenant": {"$nin": ["acme", "globex"]}, "score": {"$lt": 0.5}}"#,
+            r#"{"text": {"$exists": false}}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let f = Filter::parse(text).unwrap();
+            let q = &vectors[(j * 37) % vectors.len()].1;
+            let qs = if metric == Metric::Cosine {
+                let n = reference::dot(q, q).sqrt();
+                q.iter().map(|x| x / n).collect::<Vec<_>>()
+            } else {
+                q.clone()
+            };
+            let mut truth: Vec<(f32, u64)> = vectors
+                .iter()
+                .zip(&docs)
+                .filter(|(_, (_, d))| f.matches_metadata(d))
+                .map(|((id, v), _)| (reference::distance(metric, &qs, v), *id))
+                .collect();
+            truth.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            truth.truncate(K);
+            let got: Vec<u64> = ix
+                .search_filtered(q, K, EF, &f)
+                .unwrap()
+                .iter()
+                .map(|h| h.id)
+                .collect();
+            let want: Vec<u64> = truth.iter().map(|t| t.1).collect();
+            assert_eq!(got, want, "{name}: filtered query {text}");
+            filtered.push(json!({
+                "vector": f64s(q),
+                "filter": text,
+                "ids": want,
+                "distances": truth.iter().map(|t| f64::from(t.0)).collect::<Vec<_>>(),
+            }));
+        }
+    }
     json!({
         "name": name,
         "about": about,
@@ -569,6 +721,7 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> Value {
         "k": K,
         "ef": EF,
         "queries": queries,
+        "filtered": filtered,
     })
 }
 

@@ -11,8 +11,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use chassis::format::header::{self, Header};
+use chassis::format::metadata;
 use chassis::graph::distance::reference;
-use chassis::{CompactOptions, Error, Index, IndexReader, Metric, Neighbor, VectorLayout};
+use chassis::{
+    CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Neighbor, Value as Doc,
+    VectorLayout,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -55,6 +59,37 @@ impl Golden {
     }
     fn custom_ids(&self) -> bool {
         self.expect["custom_ids"].as_bool().unwrap()
+    }
+    /// (id, metadata) pairs `get_metadata` must return (files written with metadata).
+    fn sampled_metadata(&self) -> Vec<(u64, Metadata)> {
+        self.expect["get"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|g| {
+                let m = g.get("metadata")?;
+                Some((g["id"].as_u64().unwrap(), metadata::from_json(m).unwrap()))
+            })
+            .collect()
+    }
+    /// (query, filter, ids, distances) of the filtered queries (files with metadata).
+    fn filtered(&self) -> Vec<(Vec<f32>, Filter, Vec<u64>, Vec<f32>)> {
+        self.expect
+            .get("filtered")
+            .and_then(Value::as_array)
+            .map(|qs| {
+                qs.iter()
+                    .map(|q| {
+                        (
+                            f32s(&q["vector"]),
+                            Filter::parse(q["filter"].as_str().unwrap()).unwrap(),
+                            u64s(&q["ids"]),
+                            f32s(&q["distances"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
     /// (id, vector) pairs `get` must return bit for bit.
     fn samples(&self) -> Vec<(u64, Vec<f32>)> {
@@ -152,8 +187,10 @@ fn close(a: f32, b: f32) -> bool {
 trait Shows {
     fn live_ids(&self) -> Vec<u64>;
     fn get(&self, id: u64) -> chassis::Result<Vec<f32>>;
+    fn metadata(&self, id: u64) -> chassis::Result<Metadata>;
     fn contains(&self, id: u64) -> bool;
     fn search(&self, q: &[f32], k: usize, ef: usize) -> Vec<Neighbor>;
+    fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor>;
 }
 
 impl Shows for Index {
@@ -163,11 +200,17 @@ impl Shows for Index {
     fn get(&self, id: u64) -> chassis::Result<Vec<f32>> {
         Index::get(self, id)
     }
+    fn metadata(&self, id: u64) -> chassis::Result<Metadata> {
+        Index::get_metadata(self, id)
+    }
     fn contains(&self, id: u64) -> bool {
         Index::contains(self, id).unwrap()
     }
     fn search(&self, q: &[f32], k: usize, ef: usize) -> Vec<Neighbor> {
         Index::search(self, q, k, ef).unwrap()
+    }
+    fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor> {
+        Index::search_filtered(self, q, k, ef, f).unwrap()
     }
 }
 
@@ -178,11 +221,17 @@ impl Shows for IndexReader {
     fn get(&self, id: u64) -> chassis::Result<Vec<f32>> {
         IndexReader::get(self, id)
     }
+    fn metadata(&self, id: u64) -> chassis::Result<Metadata> {
+        IndexReader::get_metadata(self, id)
+    }
     fn contains(&self, id: u64) -> bool {
         IndexReader::contains(self, id).unwrap()
     }
     fn search(&self, q: &[f32], k: usize, ef: usize) -> Vec<Neighbor> {
         IndexReader::search(self, q, k, ef).unwrap()
+    }
+    fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor> {
+        IndexReader::search_filtered(self, q, k, ef, f).unwrap()
     }
 }
 
@@ -209,6 +258,21 @@ fn shows_what_it_must(g: &Golden, ix: &dyn Shows, how: &str) {
         let hits = ix.search(&q, k, ef);
         let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
         assert_eq!(got, ids, "{who}: search results");
+        for (h, d) in hits.iter().zip(&distances) {
+            assert!(
+                close(h.distance, *d),
+                "{who}: distance {} vs {d}",
+                h.distance
+            );
+        }
+    }
+    for (id, want) in g.sampled_metadata() {
+        assert_eq!(ix.metadata(id).unwrap(), want, "{who}: metadata of {id}");
+    }
+    for (q, f, ids, distances) in g.filtered() {
+        let hits = ix.search_filtered(&q, k, ef, &f);
+        let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
+        assert_eq!(got, ids, "{who}: filtered search {f:?}");
         for (h, d) in hits.iter().zip(&distances) {
             assert!(
                 close(h.distance, *d),
@@ -329,7 +393,7 @@ fn more(g: &Golden, n: usize, seed: u64) -> (Vec<f32>, Option<Vec<u64>>) {
                 let base = &samples[i % samples.len()].1;
                 let rms = (base.iter().map(|x| x * x).sum::<f32>() / base.len() as f32).sqrt();
                 base.iter()
-                    .map(|x| x + 0.05 * rms * rng.normal())
+                    .map(|x| x + 0.3 * rms * rng.normal())
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -427,9 +491,13 @@ fn every_golden_file_opens_as_the_writer_and_takes_writes_in_its_own_format() {
             }
             let top = ix.search(v, 1, 128).unwrap();
             assert_eq!(
-                top[0].id, truth.1,
-                "{}: an added vector is found ({:?} vs {:?})",
-                g.name, top, truth
+                top[0].id,
+                truth.1,
+                "{}: an added vector is found ({:?} vs {:?}; {} unreachable)",
+                g.name,
+                top,
+                truth,
+                ix.unreachable_count()
             );
         }
         no_problems(&g, &ix);
@@ -668,4 +736,44 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     drop(ix);
     let ix = Index::open(&path).unwrap();
     assert_eq!(ix.len(), g.ids().len() + 20);
+}
+
+/// The compatibility rule for metadata, on files from before it: metadata added to a golden
+/// file of format 3 or 4 raises its write version to 5 and leaves its read version (releases
+/// that read the format still read and search it, ignoring metadata; bench/compat checks that
+/// with those releases themselves), and everything it held reads as before.
+#[test]
+fn metadata_added_to_an_older_file_raises_only_its_write_version() {
+    for name in ["f3-l2", "f4-cosine", "f4-small-geometry"] {
+        let g = golden(name);
+        let dir = tempfile::tempdir().unwrap();
+        let path = g.copy_to(dir.path());
+        let mut ix = Index::open(&path).unwrap();
+        let (rows, _) = more(&g, 3, 21);
+        let doc = Metadata::from([("source".to_string(), Doc::from(name))]);
+        let docs = vec![doc.clone(); 3];
+        let ids = ix.add_batch_with_metadata(None, &rows, &docs, 1).unwrap();
+        ix.flush().unwrap();
+        drop(ix);
+        let (read, _) = g.versions();
+        let reader = IndexReader::open(&path).unwrap();
+        let snap = reader.snapshot().unwrap();
+        let h = reader.header_of(&snap);
+        assert_eq!((h.read_version, h.write_version), (read, 5), "{name}");
+        for id in &ids {
+            assert_eq!(reader.get_metadata(*id).unwrap(), doc, "{name}");
+        }
+        let hits = reader
+            .search_filtered(&rows[..g.dims()], 3, 64, &Filter::eq("source", name))
+            .unwrap();
+        assert_eq!(hits.len(), 3, "{name}");
+        for (id, want) in g.samples() {
+            assert_eq!(reader.get(id).unwrap(), want, "{name}: {id}");
+            assert!(reader.get_metadata(id).unwrap().is_empty());
+        }
+        // The file reopens as the writer, compacts and keeps (read, 5).
+        let mut ix = Index::open(&path).unwrap();
+        ix.compact(CompactOptions::default()).unwrap();
+        assert_eq!(ix.info().unwrap().versions, (read, 5), "{name}");
+    }
 }
