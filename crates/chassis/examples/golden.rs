@@ -258,7 +258,7 @@ fn document(i: usize) -> Metadata {
         "score".into(),
         Value::Float((i * 37 % 1000) as f64 / 1000.0),
     );
-    m.insert("draft".into(), Value::Bool(i % 3 == 0));
+    m.insert("draft".into(), Value::Bool(i.is_multiple_of(3)));
     m.insert(
         "tags".into(),
         Value::List(
@@ -267,10 +267,10 @@ fn document(i: usize) -> Metadata {
                 .collect(),
         ),
     );
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         m.insert("note".into(), Value::Null);
     }
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         m.insert(
             "text".into(),
             Value::Str(format!("document {i}: ").repeat(1 + i % 9)),
@@ -278,7 +278,7 @@ fn document(i: usize) -> Metadata {
     }
     m.insert(
         "mixed".into(),
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             Value::Int(i as i64 % 50)
         } else {
             Value::Float(i as f64 % 50.0 + 0.5)

@@ -24,6 +24,10 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
+/// A filtered query of a golden file: the vector, the filter, and the exact ids and
+/// distances it must return.
+type FilteredQuery = (Vec<f32>, Filter, Vec<u64>, Vec<f32>);
+
 /// A golden file and what it must show.
 struct Golden {
     name: String,
@@ -73,7 +77,7 @@ impl Golden {
             .collect()
     }
     /// (query, filter, ids, distances) of the filtered queries (files with metadata).
-    fn filtered(&self) -> Vec<(Vec<f32>, Filter, Vec<u64>, Vec<f32>)> {
+    fn filtered(&self) -> Vec<FilteredQuery> {
         self.expect
             .get("filtered")
             .and_then(Value::as_array)
