@@ -1,8 +1,9 @@
 //! (b) The pure decoders: header copies (alone and chosen between two), table page heads,
-//! heap chunk heads and hnswlib files.
+//! heap chunk heads, hnswlib files, and metadata documents and heap entries (a document that
+//! decodes re-encodes to the same bytes).
 #![no_main]
 
-use chassis::format::{header, hnswlib::HnswlibFile, table};
+use chassis::format::{header, hnswlib::HnswlibFile, metadata, table};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,6 +12,19 @@ fuzz_target!(|data: &[u8]| {
     let _ = header::choose(a, b);
     for cap in [4u32, 512] {
         let _ = table::decode_head(data, 0, cap);
+    }
+    if let Ok(doc) = metadata::decode(data, 0) {
+        assert_eq!(
+            metadata::encode(&doc).expect("a decoded document encodes"),
+            data,
+            "documents are canonical"
+        );
+    }
+    if data.len() >= 16 {
+        let (head, rest) = data.split_at(16);
+        if let Ok(len) = metadata::entry_len(head, rest.len() as u64, 0) {
+            let _ = metadata::check_entry(head, &rest[..len], 7, 0);
+        }
     }
     if let Ok(f) = HnswlibFile::parse(data) {
         for i in 0..f.count.min(10_000) {
