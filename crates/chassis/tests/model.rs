@@ -51,7 +51,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// Document number `m` (a fixed table: every value type, and sometimes none).
 fn document(m: u8) -> Metadata {
     let mut d = Metadata::new();
-    if m % 9 == 0 {
+    if m.is_multiple_of(9) {
         return d;
     }
     d.insert("g".into(), Value::Int(i64::from(m % 4)));
@@ -68,7 +68,7 @@ fn document(m: u8) -> Metadata {
                 .collect(),
         ),
     );
-    if m % 5 == 0 {
+    if m.is_multiple_of(5) {
         d.insert("n".into(), Value::Null);
     }
     d
