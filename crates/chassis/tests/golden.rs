@@ -744,7 +744,7 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
 
 /// The compatibility rule for metadata, on files from before it: metadata added to a golden
 /// file of format 3 or 4 raises its write version to 5 and leaves its read version (releases
-/// that read the format still read and search it, ignoring metadata; bench/compat checks that
+/// that read the format still read and search it, ignoring metadata; scripts/compat checks that
 /// with those releases themselves), and everything it held reads as before.
 #[test]
 fn metadata_added_to_an_older_file_raises_only_its_write_version() {
