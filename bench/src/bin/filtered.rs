@@ -101,7 +101,7 @@ fn index_build(n: usize) {
     let f =
         Filter::parse(r#"{"bucket": 5, "chars": {"$gt": 40}, "tags": "tag7"}"#).expect("filter");
     let mut times = Vec::new();
-    for rep in 0..4 {
+    for rep in 0..6 {
         let reader = IndexReader::open(&path).expect("open");
 
         let t = Instant::now();
@@ -118,9 +118,13 @@ fn index_build(n: usize) {
             hits.len()
         );
     }
+    let (lo, hi) = times
+        .iter()
+        .fold((f64::MAX, 0f64), |(a, b), &t| (a.min(t), b.max(t)));
     println!(
-        "filter index build, {n} vectors, 3 fields (bucket, chars, tags), page cache warm: \
-         median {:.3} s of {} fresh readers (goal < 1 s)",
+        "filter index build, {n} vectors, 3 fields (bucket, chars, tags), page cache warm, \
+         {} threads: median {:.3} s of {} fresh readers ({lo:.3} to {hi:.3}; goal < 1 s)",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
         median(times.clone()),
         times.len()
     );

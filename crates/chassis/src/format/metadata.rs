@@ -246,6 +246,7 @@ impl<'a> ListRef<'a> {
             b: self.bytes,
             at: 0,
             base: 0,
+            checked: true,
         };
         (0..self.count).map_while(move |_| r.scalar().ok())
     }
@@ -256,6 +257,9 @@ struct Cursor<'a> {
     at: usize,
     /// File offset of `b[0]`, for error reports.
     base: u64,
+    /// Whether `b` is a whole document [`DocRef::new`] already checked (its strings are then
+    /// known to be UTF-8 and are not checked again).
+    checked: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -289,6 +293,12 @@ impl<'a> Cursor<'a> {
     fn str(&mut self, n: usize) -> Result<&'a str> {
         let at = self.at;
         let bytes = self.take(n)?;
+        if self.checked {
+            // SAFETY: `checked` is set only for the bytes of a `DocRef`, whose constructor
+            // walked the same fields in the same order and checked this very range with
+            // `from_utf8`; the bytes are borrowed immutably for 'a, so they are still UTF-8.
+            return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+        }
         std::str::from_utf8(bytes).map_err(|_| {
             Error::corrupt(
                 "metadata document: text is not UTF-8",
@@ -356,6 +366,7 @@ impl<'a> DocRef<'a> {
             b: bytes,
             at: 0,
             base,
+            checked: false,
         };
         let mut w = [0u8; 2];
         w.copy_from_slice(c.take(2)?);
@@ -411,6 +422,7 @@ impl<'a> DocRef<'a> {
             b: self.bytes,
             at: 2,
             base: 0,
+            checked: true,
         };
         (0..self.fields).map_while(move |_| {
             let n = c.u8().ok()? as usize;
