@@ -87,6 +87,17 @@ impl Index {
         options: CompactOptions,
         progress: impl FnMut(usize, usize),
     ) -> Result<CompactReport> {
+        self.compact_at_path(options, progress, crate::os::rename)
+    }
+
+    /// [`Index::compact_with_progress`] with the step that makes the new file current given
+    /// (tests pass one that fails, or that reads between the flag and the rename).
+    pub(super) fn compact_at_path(
+        &mut self,
+        options: CompactOptions,
+        progress: impl FnMut(usize, usize),
+        rename: impl FnOnce(&Path, &Path) -> Result<()>,
+    ) -> Result<CompactReport> {
         self.writable()?;
         let path = self.path.clone().ok_or_else(|| {
             Error::InvalidArgument("compact() needs an index opened from a path".into())
@@ -132,9 +143,25 @@ impl Index {
         storage.sync_dir()?;
         let (mut new, report) =
             self.compact_into_with_progress(Arc::new(storage), options, progress)?;
-        crate::os::rename_durably(&tmp, &path)?;
-        new.path = Some(path);
+        if let Err(e) = rename(&tmp, &path) {
+            // This file stays current: take back the superseded flag it just committed, so
+            // readers stop checking the path and the next flush doesn't commit it again.
+            drop(new);
+            let _ = std::fs::remove_file(&tmp);
+            self.flags &= !header::FLAG_SUPERSEDED;
+            self.dirty = true;
+            return match self.flush() {
+                Ok(()) => Err(e),
+                Err(flush) => Err(Error::Io(std::io::Error::other(format!(
+                    "compact could not rename the new file into place ({e}), and clearing the \
+                     superseded flag in the old file failed ({flush}); the old file is \
+                     complete and still current"
+                )))),
+            };
+        }
+        new.path = Some(path.clone());
         *self = new;
+        crate::os::sync_dir_of(&path)?;
         Ok(report)
     }
 
@@ -352,5 +379,94 @@ impl Index {
         crate::os::rename_durably(&tmp, dst)?;
         ix.path = Some(dst.to_path_buf());
         Ok(ix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::error::Error;
+    use crate::format::header::FLAG_SUPERSEDED;
+    use crate::graph::Metric;
+    use crate::index::{CompactOptions, Index, Options};
+    use crate::reader::IndexReader;
+
+    fn index_at(path: &Path) -> Index {
+        let mut ix = Index::create(path, Options::new(4, Metric::L2Squared).m(8)).unwrap();
+        for i in 0..300u32 {
+            let x = i as f32;
+            ix.add(&[x.sin(), x.cos(), (x * 0.3).sin(), 1.0]).unwrap();
+        }
+        for id in (0..300).step_by(3) {
+            ix.delete(id).unwrap();
+        }
+        ix.flush().unwrap();
+        ix
+    }
+
+    /// Hardening issue, item 3: a compaction whose rename fails leaves the old file current
+    /// and no longer flagged superseded (before the fix the flag stayed in the writer's flags
+    /// and every later flush committed it again).
+    #[test]
+    fn a_failed_rename_takes_the_superseded_flag_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.chassis");
+        let mut ix = index_at(&path);
+        let err = ix
+            .compact_at_path(
+                CompactOptions::default(),
+                |_, _| {},
+                |_, _| Err(Error::Io(std::io::Error::other("rename refused"))),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("rename refused"), "{err}");
+        assert_eq!(ix.store().header().flags & FLAG_SUPERSEDED, 0);
+        assert!(
+            !super::compacting_path(&path).exists(),
+            "the new copy is removed"
+        );
+        ix.add(&[0.5, 0.5, 0.5, 1.0]).unwrap();
+        ix.flush().unwrap();
+        assert_eq!(ix.store().header().flags & FLAG_SUPERSEDED, 0);
+        drop(ix);
+        let reader = IndexReader::open(&path).unwrap();
+        let snap = reader.snapshot().unwrap();
+        assert_eq!(reader.header_of(&snap).flags & FLAG_SUPERSEDED, 0);
+        assert_eq!(snap.len(), 201);
+        assert_eq!(Index::open(&path).unwrap().len(), 201);
+    }
+
+    /// Readers are never stale (hardening issue, item 2): a reader that took a snapshot
+    /// between the superseded flag and the rename moves to the new file on its very next
+    /// snapshot (before the fix, only after up to 1,024 more).
+    #[test]
+    fn a_reader_follows_a_compaction_on_its_next_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.chassis");
+        let mut ix = index_at(&path);
+        let reader = IndexReader::open(&path).unwrap();
+        assert_eq!(reader.snapshot().unwrap().len(), 200);
+        ix.compact_at_path(
+            CompactOptions::default(),
+            |_, _| {},
+            |from, to| {
+                for _ in 0..3 {
+                    let snap = reader.snapshot().unwrap();
+                    assert_eq!(
+                        snap.file_generation(),
+                        0,
+                        "the path still names the old file"
+                    );
+                    assert_ne!(reader.header_of(&snap).flags & FLAG_SUPERSEDED, 0);
+                }
+                crate::os::rename(from, to)
+            },
+        )
+        .unwrap();
+        let snap = reader.snapshot().unwrap();
+        assert_eq!(snap.file_generation(), 1);
+        assert_eq!(snap.committed_count(), 200, "the compacted file");
+        assert_eq!(reader.stats().reopens, 1);
     }
 }

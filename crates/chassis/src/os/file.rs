@@ -216,8 +216,12 @@ pub(super) fn free_space(dir: &Path) -> Result<u64> {
     platform::free_space(dir)
 }
 
-pub(super) fn rename_durably(from: &Path, to: &Path) -> Result<()> {
-    platform::rename_durably(from, to)
+pub(super) fn rename(from: &Path, to: &Path) -> Result<()> {
+    platform::rename(from, to)
+}
+
+pub(super) fn sync_dir(path: &Path) -> Result<()> {
+    platform::sync_dir(path)
 }
 
 /// Unix (Linux, where Chassis is built and tested; macOS and the BSDs, type-checked only).
@@ -359,9 +363,8 @@ mod platform {
         Ok(File::open(dir_of(path))?.sync_all()?)
     }
 
-    pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
-        std::fs::rename(from, to)?;
-        sync_dir(to)
+    pub fn rename(from: &Path, to: &Path) -> Result<()> {
+        Ok(std::fs::rename(from, to)?)
     }
 
     // The stat field types differ across platforms: the casts are not no-ops everywhere.
@@ -463,7 +466,7 @@ mod platform {
         p.as_os_str().encode_wide().chain(Some(0)).collect()
     }
 
-    pub fn rename_durably(from: &Path, to: &Path) -> Result<()> {
+    pub fn rename(from: &Path, to: &Path) -> Result<()> {
         let (f, t) = (wide(from), wide(to));
         // SAFETY: both are NUL-terminated UTF-16 strings that outlive the call.
         let ok = unsafe {

@@ -80,7 +80,20 @@ pub fn free_space(dir: &std::path::Path) -> Result<u64> {
     file::free_space(dir)
 }
 
+/// Renames `from` over `to` (atomic on POSIX; on Windows a write-through move, durable when
+/// it returns).
+pub fn rename(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    file::rename(from, to)
+}
+
+/// Makes the directory entry of `path` durable (fsync of its directory; nothing on Windows,
+/// where [`rename`] is already write-through).
+pub fn sync_dir_of(path: &std::path::Path) -> Result<()> {
+    file::sync_dir(path)
+}
+
 /// Renames `from` over `to` (atomic on POSIX), then makes the directory entry durable.
 pub fn rename_durably(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
-    file::rename_durably(from, to)
+    rename(from, to)?;
+    sync_dir_of(to)
 }

@@ -679,10 +679,81 @@ impl IndexReader {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    use crate::format::geometry::Geometry;
+    use crate::graph::Metric;
+    use crate::index::{Index, Options};
+    use crate::os::MemStorage;
+
+    use super::IndexReader;
+
     #[test]
     fn readers_and_snapshots_cross_threads() {
         fn is<T: Send + Sync>() {}
         is::<super::IndexReader>();
         is::<super::Snapshot>();
+    }
+
+    /// Readers are never stale (hardening issue, item 2): a reader that takes snapshots while
+    /// the writer is between any two words of a header copy still moves to the new commit as
+    /// soon as it is complete. (Before the fix the writer stored the sequence and checksum
+    /// before the table-page offsets; a reader that read the copy torn cached the new words
+    /// and served the older snapshot until the next commit.)
+    #[test]
+    fn a_reader_that_sees_a_header_half_written_catches_up_when_it_is_complete() {
+        let mem = MemStorage::new(64 << 20).unwrap();
+        let reader_storage = Arc::new(mem.reopen(false));
+        let opts = Options::new(4, Metric::L2Squared)
+            .m(8)
+            .geometry(Geometry::small_for_tests(8, 16));
+        let mut ix = Index::create_in(Arc::new(mem), opts).unwrap();
+        let v = |i: u32| {
+            let x = i as f32;
+            [x.sin(), x.cos(), (x * 0.3).sin(), 1.0]
+        };
+        ix.add(&v(0)).unwrap();
+        ix.flush().unwrap();
+        let reader = Arc::new(IndexReader::open_in(reader_storage).unwrap());
+        let mut next = 1;
+        for round in 0..8 {
+            // Enough slots for new segments and new table pages (4 entries each) every round,
+            // so the copy being written differs from what it held two commits ago.
+            for _ in 0..(24 << (round / 2)) {
+                ix.add(&v(next)).unwrap();
+                next += 1;
+            }
+            let seen = Rc::new(RefCell::new(Vec::new()));
+            let (r, log) = (Arc::clone(&reader), Rc::clone(&seen));
+            crate::storage::HEADER_HOOK.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move |_copy, _word| {
+                    log.borrow_mut().push(r.snapshot().unwrap().sequence());
+                }));
+            });
+            ix.flush().unwrap();
+            crate::storage::HEADER_HOOK.with(|h| *h.borrow_mut() = None);
+            let latest = ix.info().unwrap().sequence;
+            let seen = seen.borrow();
+            assert!(seen.len() > 30, "the hook ran at every word");
+            assert!(
+                seen.windows(2).all(|w| w[0] <= w[1]),
+                "never went back: {seen:?}"
+            );
+            assert!(
+                seen.iter().all(|&s| s + 1 >= latest),
+                "older than the previous commit"
+            );
+            assert_eq!(
+                reader.snapshot().unwrap().sequence(),
+                latest,
+                "round {round}: the reader kept an older snapshot after the commit completed"
+            );
+            assert_eq!(
+                reader.snapshot().unwrap().committed_count(),
+                u64::from(next)
+            );
+        }
     }
 }

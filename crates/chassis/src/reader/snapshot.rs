@@ -1,18 +1,25 @@
 //! Taking a [`Snapshot`] (ADR-0008 decision 5), the protocol every reader search starts with:
 //!
-//! 1. copy both header copies word by word (the writer stores them as aligned u64 words after a
-//!    release fence) into local memory, verify each checksum on the copy, re-read a copy that
-//!    fails a bounded number of times (the writer may be in the middle of it), take the valid
-//!    one with the higher sequence, and issue an acquire fence. Every snapshot field comes from
-//!    that local copy. The read version is re-checked; `pending_delete_epoch` is ignored (an
-//!    intent header carries the previous commit's N and E);
+//! 1. copy both header copies word by word into local memory: the sequence and checksum words
+//!    first (acquire), then the rest (the writer stores every other word first, then a release
+//!    fence, then the checksum and the sequence); verify each checksum on the copy, re-read a
+//!    copy that fails a bounded number of times (the writer may be in the middle of it), take
+//!    the valid one with the higher sequence, and issue an acquire fence. Every snapshot field
+//!    comes from that local copy. The read version is re-checked; `pending_delete_epoch` is
+//!    ignored (an intent header carries the previous commit's N and E);
 //! 2. never adopt a header older than one already used: the previous snapshot stays valid,
 //!    because committed data never changes;
 //! 3. load R from the live page (acquire) and the writer's region counts and table page
 //!    offsets; map any segment, heap chunk or table page not mapped yet, and remap an
 //!    uncommitted one whose table entry changed (a restarted writer reuses that space);
-//! 4. when neither header copy's sequence or checksum word nor the live page's words changed,
-//!    reuse the previous snapshot (the fast path: a mutex and eight atomic loads).
+//! 4. when neither header copy's sequence or checksum word nor the live page's words differ
+//!    from those of the local copies step 1 decoded, reuse the previous snapshot (the fast
+//!    path: a mutex and eight atomic loads). Comparing with the words of the local copies,
+//!    not with words loaded before them, is what keeps a reader from going stale: a copy read
+//!    while the writer was still writing it shows words the writer's last store changes, so
+//!    the next snapshot reads it again. The fast path is off while the header says the file
+//!    is superseded: each snapshot then checks the path, and follows a compaction the moment
+//!    its file is there.
 //!
 //! Invariants: a snapshot's N, E, entry point and region list never change once built; its
 //! committed regions (index below the header's counts) are never remapped; a snapshot's
@@ -154,7 +161,7 @@ impl ReaderFile {
             ));
         }
         let meta = storage.map(0, DATA_START, false)?;
-        let (first, _) = read_headers(&meta, counters)?;
+        let (first, _, _) = read_headers(&meta, counters)?;
         let identity = storage.identity()?;
         Ok((
             ReaderFile {
@@ -241,9 +248,12 @@ impl IndexReader {
         let header_words = header_words(&file.meta)?;
         let live_words = live_words(&file.meta)?;
         if let Some(last) = &cache.last {
+            // A superseded file is left as soon as the path names its replacement, so while
+            // the header says so every snapshot takes the slow path (which checks the path).
             if header_words == cache.header_words
                 && live_words == cache.live_words
                 && cache.fast_streak < LINK_CHECK_EVERY
+                && last.header.flags & header::FLAG_SUPERSEDED == 0
             {
                 cache.fast_streak += 1;
                 self.counters.fast.fetch_add(1, Ordering::Relaxed);
@@ -251,10 +261,14 @@ impl IndexReader {
             }
         }
         cache.fast_streak = 0;
+        // The words the next fast path compares: those of the copies this header came from
+        // (a copy read torn keeps its torn words, which the writer's finishing store changes).
+        let mut seen_words = header_words;
         let header = match &cache.last {
             Some(last) if header_words == cache.header_words => Arc::clone(&last.header),
             _ => {
-                let (h, _) = read_headers(&file.meta, &self.counters)?;
+                let (h, _, words) = read_headers(&file.meta, &self.counters)?;
+                seen_words = words;
                 self.check_same_index(&file, &h)?;
                 match &cache.last {
                     // Never go back: the older header's state is already superseded.
@@ -282,7 +296,7 @@ impl IndexReader {
             regions,
             file,
         };
-        cache.header_words = header_words;
+        cache.header_words = seen_words;
         cache.live_words = live_words;
         cache.last = Some(snap.clone());
         Ok(Some(snap))
@@ -654,14 +668,22 @@ fn live_words(meta: &Region) -> Result<[u64; 4]> {
     ])
 }
 
-/// Copies one header copy out of the mapping word by word (the writer stores whole words).
-fn copy_header(meta: &Region, copy: usize) -> Result<Vec<u8>> {
+/// Copies one header copy out of the mapping word by word (the writer stores whole words):
+/// the sequence and checksum words first (acquire; the writer stores them last, after a
+/// release fence), then the rest. Returns the bytes and the two words as they were read.
+fn copy_header(meta: &Region, copy: usize) -> Result<(Vec<u8>, [u64; 2])> {
     let base = format::header_offset(copy);
+    let seq_at = header::at::SEQUENCE as u64;
+    let sum_at = header::at::CHECKSUM as u64;
+    let seq = meta.u64_at(base + seq_at)?.load(Ordering::Acquire);
+    let sum = meta.u64_at(base + sum_at)?.load(Ordering::Acquire);
     let word = |i: u64| -> Result<[u8; 8]> {
-        Ok(meta
-            .u64_at(base + 8 * i)?
-            .load(Ordering::Relaxed)
-            .to_le_bytes())
+        Ok(match 8 * i {
+            at if at == seq_at => seq,
+            at if at == sum_at => sum,
+            at => meta.u64_at(base + at)?.load(Ordering::Relaxed),
+        }
+        .to_le_bytes())
     };
     let mut buf = Vec::with_capacity(header::FIXED_BYTES);
     for i in 0..(header::FIXED_BYTES as u64).div_ceil(8) {
@@ -676,28 +698,39 @@ fn copy_header(meta: &Region, copy: usize) -> Result<Vec<u8>> {
     for i in (buf.len() as u64 / 8)..len.div_ceil(8) {
         buf.extend_from_slice(&word(i)?);
     }
-    Ok(buf)
+    Ok((buf, [seq, sum]))
 }
 
 /// Both copies, each verified on its local copy and re-read up to [`HEADER_REREADS`] times
-/// if it fails; the valid one with the higher sequence, then an acquire fence.
-fn read_headers(meta: &Region, counters: &Counters) -> Result<(Header, usize)> {
+/// if it fails; the valid one with the higher sequence, then an acquire fence. Also returns
+/// the sequence and checksum words of the local copies that were decoded (A's, then B's): the
+/// words the fast path later compares with the mapping, so a copy read torn is read again as
+/// soon as the writer finishes it.
+fn read_headers(meta: &Region, counters: &Counters) -> Result<(Header, usize, [u64; 4])> {
     counters.header_reads.fetch_add(1, Ordering::Relaxed);
     let mut copies = Vec::with_capacity(2);
+    let mut words = [0u64; 4];
     for copy in 0..2 {
         let base = format::header_offset(copy);
-        let mut result = Header::decode(&copy_header(meta, copy)?, base);
+        let (bytes, w) = copy_header(meta, copy)?;
+        let mut result = Header::decode(&bytes, base);
+        let mut seen = w;
         let mut tries = 0;
         while matches!(result, Err(Error::Corrupt { .. })) && tries < HEADER_REREADS {
             tries += 1;
             counters.rereads.fetch_add(1, Ordering::Relaxed);
             std::hint::spin_loop();
-            result = Header::decode(&copy_header(meta, copy)?, base);
+            let (bytes, w) = copy_header(meta, copy)?;
+            result = Header::decode(&bytes, base);
+            seen = w;
         }
+        words[2 * copy] = seen[0];
+        words[2 * copy + 1] = seen[1];
         copies.push(result);
     }
     fence(Ordering::Acquire);
     let b = copies.pop().unwrap_or(Err(Error::NotChassisFile));
     let a = copies.pop().unwrap_or(Err(Error::NotChassisFile));
-    header::choose_decoded(a, b)
+    let (h, which) = header::choose_decoded(a, b)?;
+    Ok((h, which, words))
 }

@@ -38,6 +38,26 @@ thread_local! {
         std::cell::RefCell::new(None);
 }
 
+/// A test observer of header writes: called with the copy and the word index just stored.
+#[cfg(test)]
+pub(crate) type HeaderHook = Box<dyn Fn(usize, usize)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Called after each word of a header copy is stored (unit tests of what readers see).
+    pub(crate) static HEADER_HOOK: std::cell::RefCell<Option<HeaderHook>> =
+        std::cell::RefCell::new(None);
+}
+
+#[cfg(test)]
+fn header_hook(copy: usize, word: usize) {
+    HEADER_HOOK.with(|h| {
+        if let Some(hook) = h.borrow().as_ref() {
+            hook(copy, word)
+        }
+    });
+}
+
 /// A mapped segment.
 #[derive(Debug)]
 struct Segment {
@@ -1259,16 +1279,40 @@ impl Store {
     }
 
     /// Writes a header copy as aligned u64 words, release-ordered after everything before it.
+    /// Stores one header copy in the mapping as whole u64 words: every word but the sequence
+    /// and checksum first, then (after a release fence) the checksum and the sequence. A
+    /// reader loads those two words first and the rest after an acquire fence, so a copy whose
+    /// sequence and checksum words a reader saw change is complete for that reader unless the
+    /// writer has begun the next write of the same copy, which ends with yet another sequence:
+    /// a copy read torn always shows words that change again (the fast path relies on it).
     fn write_header_copy(&self, copy: usize, h: &Header) -> Result<()> {
         let bytes = h.encode();
         let base = format::header_offset(copy);
-        fence(Ordering::Release);
-        for (i, word) in bytes.chunks(8).enumerate() {
+        let last = [header::at::CHECKSUM / 8, header::at::SEQUENCE / 8];
+        let word = |i: usize| -> u64 {
             let mut w = [0u8; 8];
-            w[..word.len()].copy_from_slice(word);
+            let chunk = bytes
+                .get(8 * i..(8 * i + 8).min(bytes.len()))
+                .unwrap_or(&[]);
+            w[..chunk.len()].copy_from_slice(chunk);
+            u64::from_le_bytes(w)
+        };
+        fence(Ordering::Release);
+        let words = bytes.len().div_ceil(8);
+        for i in (0..words).filter(|i| !last.contains(i)) {
             self.meta
                 .u64_at(base + 8 * i as u64)?
-                .store(u64::from_le_bytes(w), Ordering::Relaxed);
+                .store(word(i), Ordering::Relaxed);
+            #[cfg(test)]
+            header_hook(copy, i);
+        }
+        fence(Ordering::Release);
+        for i in last {
+            self.meta
+                .u64_at(base + 8 * i as u64)?
+                .store(word(i), Ordering::Relaxed);
+            #[cfg(test)]
+            header_hook(copy, i);
         }
         Ok(())
     }
