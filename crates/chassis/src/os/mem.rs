@@ -18,7 +18,7 @@
 //! writer lock belongs to a handle and is released when that handle is dropped.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Region, Storage};
@@ -274,14 +274,28 @@ impl Storage for MemStorage {
             return Err(full());
         }
         self.file.len.fetch_max(end, Ordering::AcqRel);
-        // SAFETY: end <= capacity (checked by grow); `buf` is the caller's own memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                buf.as_ptr(),
-                self.file.ptr.add(offset as usize),
-                buf.len(),
-            )
-        };
+        // Stored as relaxed atomics, 4 bytes at a time where aligned (vectors, all of them):
+        // a reader may load the vector of a hint slot a restarted writer is rewriting, as u32
+        // words, at the same time (reader::View::hint_vector). A file's `write_at` is a
+        // pwrite, which the kernel performs; this is the in-memory equivalent.
+        let base = offset as usize;
+        let mut i = 0;
+        while i < buf.len() {
+            let at = base + i;
+            if at % 4 == 0 && i + 4 <= buf.len() {
+                let word = u32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+                // SAFETY: at + 4 <= end <= capacity, `at` is 4-aligned (the allocation is
+                // page-aligned), and the memory lives as long as `self.file`.
+                unsafe { AtomicU32::from_ptr(self.file.ptr.add(at).cast::<u32>()) }
+                    .store(word, Ordering::Relaxed);
+                i += 4;
+            } else {
+                // SAFETY: at < end <= capacity; any address is aligned for a byte.
+                unsafe { AtomicU8::from_ptr(self.file.ptr.add(at)) }
+                    .store(buf[i], Ordering::Relaxed);
+                i += 1;
+            }
+        }
         Ok(())
     }
 

@@ -143,7 +143,8 @@ impl Region {
         Ok(unsafe { AtomicU64::from_ptr(self.ptr.add(o).cast::<u64>()) })
     }
 
-    /// `n` aligned u32 words at `off`, as atomics (neighbor lists).
+    /// `n` aligned u32 words at `off`, as atomics (neighbor lists, and the vectors of slots a
+    /// writer may be writing while a reader reads them).
     pub fn u32_words(&self, off: u64, n: usize) -> Result<&[AtomicU32]> {
         let o = self.check(off, 4 * n as u64, 4)?;
         // SAFETY: in bounds and 4-aligned; a slice of AtomicU32 may alias memory others
@@ -172,10 +173,14 @@ impl Region {
     ///
     /// Callers use this only for ranges nothing writes while the slice lives: committed
     /// vectors, which never change, or the writer's own slots, which only `&mut` code writes.
+    /// A reader never borrows a slot at or past the committed count N this way (a writer that
+    /// restarted may be rewriting it): it copies such a vector out through
+    /// [`Region::u32_words`] with atomic loads (`reader::View::hint_vector`).
     pub fn f32s(&self, off: u64, n: usize) -> Result<&[f32]> {
         let o = self.check(off, 4 * n as u64, 4)?;
         // SAFETY: in bounds and 4-aligned; every bit pattern is a valid f32; per the contract
-        // above no write to this range happens while the returned slice is alive.
+        // above (committed slots or the writer's own, hint slots copied atomically instead) no
+        // write to this range happens while the returned slice is alive.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(o).cast::<f32>(), n) })
     }
 }

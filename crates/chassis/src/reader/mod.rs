@@ -127,12 +127,34 @@ impl std::fmt::Debug for IndexReader {
     }
 }
 
-/// The graph as one snapshot sees it.
-struct View<'a> {
+/// Slots as one snapshot sees them: places, ids, liveness, documents. `Sync`, so threads
+/// that build a filter index can share it.
+struct Slots<'a> {
     reader: &'a IndexReader,
     snap: &'a Snapshot,
     /// Slots a search may traverse: R, or N with routing off.
     routing: u32,
+}
+
+/// The graph as one snapshot sees it (one search's view: not shared between threads).
+///
+/// Vectors of committed slots (below N) are lent straight from the mapping: they never change.
+/// Vectors of hint slots (N up to R) are copied out word by word with atomic loads into
+/// `hints`, an arena that lives as long as the view: a writer that restarted after a crash may
+/// be rewriting those slots while this search reads them, and a torn copy is only a poor
+/// routing hint (hint slots are never returned), whereas a shared slice over memory being
+/// written is undefined behaviour.
+struct View<'a> {
+    slots: Slots<'a>,
+    /// Copies of hint-slot vectors (allocates only when one is read).
+    hints: bumpalo::Bump,
+}
+
+impl<'a> std::ops::Deref for View<'a> {
+    type Target = Slots<'a>;
+    fn deref(&self) -> &Slots<'a> {
+        &self.slots
+    }
 }
 
 impl<'a> View<'a> {
@@ -143,12 +165,44 @@ impl<'a> View<'a> {
             snap.header.committed_count.min(u64::from(u32::MAX)) as u32
         };
         View {
-            reader,
-            snap,
-            routing,
+            slots: Slots {
+                reader,
+                snap,
+                routing,
+            },
+            hints: bumpalo::Bump::new(),
         }
     }
 
+    /// A hint slot's vector (at or past N), copied out of the mapping with atomic loads.
+    #[cold]
+    fn hint_vector(&self, region: &Region, at: u64) -> Option<VectorRef<'_>> {
+        let d = self.reader.dims as usize;
+        // Both layouts take 4·dims bytes at a 4-aligned offset: dims words.
+        let words = region.u32_words(at, d).ok()?;
+        let load = |w: &AtomicU32| w.load(Ordering::Relaxed).to_ne_bytes();
+        Some(match self.snap.file.layout {
+            VectorLayout::F32 => VectorRef::F32(
+                self.hints
+                    .alloc_slice_fill_iter(words.iter().map(|w| f32::from_ne_bytes(load(w)))),
+            ),
+            VectorLayout::SplitHalves => {
+                let h = &*self.hints.alloc_slice_fill_with(2 * d, |i| {
+                    let b = load(&words[i / 2]);
+                    let at = 2 * (i % 2);
+                    u16::from_ne_bytes([b[at], b[at + 1]])
+                });
+                if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {
+                    VectorRef::SplitExact(h)
+                } else {
+                    VectorRef::Split(h)
+                }
+            }
+        })
+    }
+}
+
+impl Slots<'_> {
     #[inline]
     fn place(&self, slot: u32) -> Option<(&SegmentLayout, &Region, u64)> {
         let (k, off) = self.snap.file.geometry.locate(u64::from(slot));
@@ -185,7 +239,7 @@ impl<'a> View<'a> {
     }
 }
 
-impl DocSource for View<'_> {
+impl DocSource for Slots<'_> {
     /// A committed slot's document (only those below N are ever asked for).
     fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
         let unmapped = || Error::corrupt(format!("slot {slot} has no segment"), 0);
@@ -213,8 +267,11 @@ impl GraphStore for View<'_> {
         let (layout, region, off) = self.place(slot)?;
         let d = u64::from(self.reader.dims);
         let at = layout.vectors_at + off * 4 * d;
-        // Committed vectors never change. A vector at or past N may be rewritten by a
-        // restarted writer while a search reads it: a hint that costs routing, never results.
+        // Committed vectors never change and are lent in place; a vector at or past N may be
+        // rewritten by a restarted writer while a search reads it, so it is copied out.
+        if u64::from(slot) >= self.snap.header.committed_count {
+            return self.hint_vector(region, at);
+        }
         match self.snap.file.layout {
             VectorLayout::F32 => region
                 .f32s(at, self.reader.dims as usize)
@@ -550,7 +607,7 @@ impl IndexReader {
                 *guard = Some((generation, FilterIndex::new()));
             }
             if let Some((_, ix)) = guard.as_mut() {
-                ix.prepare(&fields, n, &view)?;
+                ix.prepare(&fields, n, &view.slots)?;
             }
         }
         let guard = read_lock(&self.filters);
@@ -559,7 +616,7 @@ impl IndexReader {
             // file is gone from it; build a private one.
             drop(guard);
             let mut own = FilterIndex::new();
-            own.prepare(&fields, n, &view)?;
+            own.prepare(&fields, n, &view.slots)?;
             return self.filtered_on(&view, snap, &q, k, ef, &own.compile(filter));
         };
         debug_assert_eq!(*g, generation);
@@ -695,6 +752,56 @@ mod tests {
         fn is<T: Send + Sync>() {}
         is::<super::IndexReader>();
         is::<super::Snapshot>();
+    }
+
+    /// Hint slots are safe to read while a writer writes them (hardening issue, item 2): a
+    /// reader lends committed vectors from the mapping but copies the vectors of slots at or
+    /// past N out of it, in both layouts, with the values the writer stored.
+    #[test]
+    fn hint_slot_vectors_are_copied_out_and_committed_ones_lent() {
+        use crate::format::vector::{VectorLayout, VectorRef};
+        use crate::graph::GraphStore;
+        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+            let mem = MemStorage::new(64 << 20).unwrap();
+            let reader_storage = Arc::new(mem.reopen(false));
+            let opts = Options::new(4, Metric::L2Squared)
+                .m(8)
+                .vector_layout(layout)
+                .geometry(Geometry::small_for_tests(8, 16));
+            let mut ix = Index::create_in(Arc::new(mem), opts).unwrap();
+            let v = |i: u32| {
+                let x = i as f32;
+                [x.sin(), x.cos(), (x * 0.3).sin(), 1.0 + x]
+            };
+            for i in 0..10 {
+                ix.add(&v(i)).unwrap();
+            }
+            ix.flush().unwrap();
+            for i in 10..20 {
+                ix.add(&v(i)).unwrap();
+            }
+            let reader = IndexReader::open_in(reader_storage).unwrap();
+            let snap = reader.snapshot().unwrap();
+            assert_eq!((snap.committed_count(), snap.routing_count()), (10, 20));
+            let view = super::View::new(&reader, &snap);
+            for slot in 0..20u32 {
+                let got = view.vector(slot).unwrap();
+                let (_, region, _) = view.place(slot).unwrap();
+                let start = region.as_ptr() as usize;
+                let inside =
+                    (start..start + region.len() as usize).contains(&(got.as_ptr() as usize));
+                assert_eq!(inside, slot < 10, "{layout:?} slot {slot}");
+                let want = ix.store().vector(slot).unwrap();
+                match (got, want) {
+                    (VectorRef::F32(a), VectorRef::F32(b)) => assert_eq!(a, b),
+                    (VectorRef::Split(a), VectorRef::Split(b)) => assert_eq!(a, b),
+                    other => panic!("{layout:?}: layouts differ: {other:?}"),
+                }
+            }
+            // And a search routes through them.
+            let hits = reader.search(&v(15), 1, 16).unwrap();
+            assert_eq!(hits[0].id, 9, "the nearest committed vector");
+        }
     }
 
     /// Readers are never stale (hardening issue, item 2): a reader that takes snapshots while
