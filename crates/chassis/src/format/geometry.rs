@@ -77,12 +77,17 @@ impl Geometry {
     }
 
     /// Checks the ranges every other function relies on; `None` when they hold, else what fails.
+    ///
+    /// The fields come from a file: every sum here is taken in u64, where two u32 never
+    /// overflow.
     pub fn validate(&self, m: u32, max_layers: u32) -> Option<&'static str> {
-        if self.segment_base_log2 + self.segment_doublings > MAX_SEGMENT_LOG2 {
+        let sum = |a: u32, b: u32| u64::from(a) + u64::from(b);
+        if sum(self.segment_base_log2, self.segment_doublings) > u64::from(MAX_SEGMENT_LOG2) {
             return Some("segment size exceeds 2^30 slots");
         }
         if self.heap_chunk_base_log2 < MIN_HEAP_CHUNK_LOG2
-            || self.heap_chunk_base_log2 + self.heap_chunk_doublings > MAX_HEAP_CHUNK_LOG2
+            || sum(self.heap_chunk_base_log2, self.heap_chunk_doublings)
+                > u64::from(MAX_HEAP_CHUNK_LOG2)
         {
             return Some("heap chunk size out of range");
         }
@@ -114,7 +119,8 @@ impl Geometry {
         }
     }
 
-    /// First slot of segment `k`.
+    /// First slot of segment `k` (saturating: a segment count read from a file may be any
+    /// number, and no slot lies that far).
     pub fn segment_first_slot(&self, k: u64) -> u64 {
         let doublings = u64::from(self.segment_doublings);
         if k <= doublings {
@@ -122,7 +128,9 @@ impl Geometry {
             self.base_slots() * ((1u64 << k) - 1)
         } else {
             let big_b = self.steady_slots() - self.base_slots();
-            big_b + (k - doublings) * self.steady_slots()
+            (k - doublings)
+                .saturating_mul(self.steady_slots())
+                .saturating_add(big_b)
         }
     }
 

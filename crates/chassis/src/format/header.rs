@@ -421,9 +421,12 @@ impl Header {
         }
         let entries = u64::from(self.geometry.table_page_entries);
         let pages = self.table_pages.len() as u64;
-        if self.segment_count + self.upper_heap_chunk_count + self.metadata_heap_chunk_count
-            > pages * entries
-        {
+        // Counts from the file: a sum that would overflow is "too many" all the same.
+        let regions = self
+            .segment_count
+            .saturating_add(self.upper_heap_chunk_count)
+            .saturating_add(self.metadata_heap_chunk_count);
+        if regions > pages * entries {
             return bad(
                 "more regions than table entries".into(),
                 at::TABLE_PAGE_COUNT,
@@ -431,6 +434,36 @@ impl Header {
         }
         if self.table_pages.len() > MAX_TABLE_PAGES {
             return bad("too many table pages".into(), at::TABLE_PAGE_COUNT);
+        }
+        // Each heap's first free byte lies in one of its chunks, after the chunk's head.
+        let heaps = [
+            (
+                "upper heap",
+                self.upper_heap_next,
+                self.upper_heap_chunk_count,
+                at::UPPER_HEAP_NEXT,
+                self.geometry.heap_chunk_bytes(u64::MAX),
+            ),
+            (
+                "metadata heap",
+                self.metadata_heap_next,
+                self.metadata_heap_chunk_count,
+                at::METADATA_HEAP_NEXT,
+                self.geometry.metadata_chunk_bytes(u64::MAX),
+            ),
+        ];
+        for (heap, next, count, field, largest) in heaps {
+            let (chunk, off) = super::record::split_heap_ref(next);
+            let ok = if count == 0 {
+                next == 0
+            } else {
+                u64::from(chunk) < count
+                    && u64::from(off) >= super::record::HEAP_CHUNK_HEAD_BYTES
+                    && u64::from(off) <= largest
+            };
+            if !ok {
+                return bad(format!("{heap} position outside its chunks"), field);
+            }
         }
         for (i, &off) in self.table_pages.iter().enumerate() {
             if off < super::DATA_START || !off.is_multiple_of(REGION_ALIGN) {
