@@ -37,12 +37,15 @@ pub enum Mutant {
     /// Commits leave the metadata heap's free position where the previous commit had it, so
     /// the next writer writes over committed metadata.
     MetadataHeapNotCommitted,
+    /// A writer that opened a cleanly closed file changes lists without first making the
+    /// replacement of the clean-close marker durable.
+    ListsChangedUnderCleanMarker,
 }
 
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 impl Mutant {
     /// Every mutant, in the order the simulator reports them.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::NoSyncBeforeCommitHeader,
         Mutant::NoIntentHeader,
         Mutant::NoSyncBetweenIntentAndMarks,
@@ -54,6 +57,7 @@ impl Mutant {
         Mutant::AckBeforeLastSync,
         Mutant::RetryFailedSync,
         Mutant::MetadataHeapNotCommitted,
+        Mutant::ListsChangedUnderCleanMarker,
     ];
 }
 

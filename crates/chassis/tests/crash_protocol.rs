@@ -46,8 +46,16 @@ fn read_only_image(img: &[u8]) -> Index {
 
 /// Builds 40 committed vectors, then one flush that adds 10 and deletes 3 committed ids and one
 /// of its own adds. Returns the storage (recording durable images during that flush), the
-/// data, and the states before and after.
-fn delete_flush() -> (Arc<MemStorage>, Vec<Vec<f32>>, BTreeSet<u64>, BTreeSet<u64>) {
+/// data, and the states before and after. The history ends with that flush (dropping the
+/// writer then adds the clean-close marker's sync, which is not part of the flush).
+#[allow(clippy::type_complexity)]
+fn delete_flush() -> (
+    Arc<MemStorage>,
+    Vec<Vec<u8>>,
+    Vec<Vec<f32>>,
+    BTreeSet<u64>,
+    BTreeSet<u64>,
+) {
     let mem = Arc::new(MemStorage::new(CAP).unwrap());
     let data = clustered(60, 4, 3, 21);
     let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
@@ -65,14 +73,14 @@ fn delete_flush() -> (Arc<MemStorage>, Vec<Vec<f32>>, BTreeSet<u64>, BTreeSet<u6
     let after = live_ids(&ix);
     mem.record_durable_history(true);
     ix.flush().unwrap();
+    let history = mem.durable_history();
     drop(ix);
-    (mem, data, before, after)
+    (mem, history, data, before, after)
 }
 
 #[test]
 fn a_delete_flush_is_intent_marks_commit_with_three_fsyncs() {
-    let (mem, _, before, after) = delete_flush();
-    let h = mem.durable_history();
+    let (_, h, _, before, after) = delete_flush();
     assert_eq!(h.len(), 3, "intent, marks, commit: three fsyncs");
     // After the first fsync: the intent is newest, in the copy not holding the last commit.
     let [a, b] = copies(&h[0]);
@@ -110,8 +118,8 @@ fn a_delete_flush_is_intent_marks_commit_with_three_fsyncs() {
 
 #[test]
 fn recovery_resets_marks_of_an_uncommitted_delete_and_they_never_come_back() {
-    let (mem, data, before, _) = delete_flush();
-    let marks_image = &mem.durable_history()[1];
+    let (_, history, data, before, _) = delete_flush();
+    let marks_image = &history[1];
     // Without recovery (read-only), the marks above E are ignored: the old state.
     let ro = read_only_image(marks_image);
     assert_eq!(live_ids(&ro), before);
@@ -148,8 +156,8 @@ fn recovery_resets_marks_of_an_uncommitted_delete_and_they_never_come_back() {
 
 #[test]
 fn a_crash_inside_recovery_recovers_again() {
-    let (mem, _, before, _) = delete_flush();
-    let marks_image = mem.durable_history()[1].clone();
+    let (_, history, _, before, _) = delete_flush();
+    let marks_image = history[1].clone();
     let storage = MemStorage::from_image(&marks_image, CAP).unwrap();
     storage.record_durable_history(true);
     drop(Index::open_in(Arc::new(storage.reopen(true))).unwrap());

@@ -8,9 +8,13 @@
 //! flush returns), during every fsync of every flush, and during every fsync of the recovery a
 //! crash image triggers (crash in recovery, then recover again).
 //!
+//! Every fourth flush the writer first closes cleanly and reopens (the clean-close marker, its
+//! fsync, and the durable replacement of the marker before the first list changes).
+//!
 //! **What every image must satisfy.** (a) Opened with recovery it shows the last acknowledged
 //! flush or, at an fsync of a flush, the one in progress; never older and never a mix, checked
-//! id by id and vector by vector. (b) Opened read-only without recovery it shows one of the
+//! id by id and vector by vector; and `check` finds nothing wrong (no list names a slot past
+//! N, which a writer trusting a clean-close marker would keep; every live vector reachable). (b) Opened read-only without recovery it shows one of the
 //! same states, and so does the lock-free `IndexReader`. (c) After one more add-and-delete flush and a clean reopen it shows exactly
 //! that state plus the flush. Every stored vector is found as its own nearest neighbor, and
 //! every id a search returns is live.
@@ -26,7 +30,7 @@
 //! crash points whose images must show the committed state; so must the old file just before
 //! the rename and the new file just after it.
 //!
-//! **Mutants.** Each of the ten protocol breaks in `chassis::mutants` is switched on in turn
+//! **Mutants.** Each of the twelve protocol breaks in `chassis::mutants` is switched on in turn
 //! and must make the simulator report a violation.
 //!
 //! `CHASSIS_POWER_LOSS_IMAGES` (default 3) sets the images drawn per crash point, and
@@ -267,6 +271,19 @@ fn check_image(
         Err(e) => return tally.violation(format!("reading the recovered state failed: {e}")),
     };
     check_searches(&ix, &recovered, tally, "recovered");
+    // The writer's view of the graph is whole: no list names a slot past N (which a clean
+    // open would have trusted), and every live vector is reachable.
+    match ix.check(0) {
+        Ok(c) if c.problems.is_empty() => {}
+        Ok(c) => {
+            return tally.violation(format!(
+                "recovered index fails check (open report {:?}): {:?}",
+                ix.open_report(),
+                &c.problems[..c.problems.len().min(3)]
+            ))
+        }
+        Err(e) => return tally.violation(format!("check of the recovered index failed: {e}")),
+    }
     if depth == 0 {
         let mut prev = img.to_vec();
         for step in file.durable_history() {
@@ -342,6 +359,21 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
     let mut next = 0;
     for flush in 0..15 {
         let before = mem.durable_history().len();
+        if flush % 4 == 3 {
+            // A clean close (the clean-close marker and its fsync), then a writer that opens
+            // without a repair pass and whose first add replaces the marker durably.
+            drop(ix);
+            ix = match Index::open_in(Arc::new(mem.reopen(true))) {
+                Ok(ix) if ix.open_report().clean => ix,
+                Ok(ix) => {
+                    return tally.violation(format!(
+                        "a cleanly closed file opened with a repair pass: {:?}",
+                        ix.open_report()
+                    ))
+                }
+                Err(e) => return tally.violation(format!("workload reopen failed: {e}")),
+            };
+        }
         let n = 6 + rng.below(14);
         let mut added = Vec::new();
         for i in 0..n {

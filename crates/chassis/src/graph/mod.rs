@@ -23,6 +23,7 @@
 //! search may see a list mid-rewrite and only ever sees whole slot ids.
 
 pub mod distance;
+pub mod support;
 pub mod visited;
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
@@ -48,6 +49,14 @@ pub trait GraphStore {
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
     /// layer.
     fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]>;
+    /// How many layers above 0 `slot` has (its level).
+    fn level(&self, slot: u32) -> usize {
+        let mut level = 0;
+        while self.upper(slot, level + 1).is_some() {
+            level += 1;
+        }
+        level
+    }
     /// Told by every insert into a graph of split vectors the gap between the nearest and
     /// the tenth nearest node it found, by high halves and exactly: the writer counts how
     /// often they disagree to decide whether its data is too fine to be walked by high halves.
@@ -137,6 +146,14 @@ pub struct Scratch {
     exact: Vec<f32>,
     /// Distance computations made since this scratch was created (for benchmarks).
     pub distance_count: u64,
+    /// Nodes a prune dropped although they needed the edge (no room to keep them): given a
+    /// supporter after the insert ([`support::after_insert`]).
+    pub orphans: Vec<u32>,
+    /// Nodes dropped from a list on the strength of another supporter: re-checked after a
+    /// parallel chunk, where that supporter may have dropped them at the same time.
+    pub rechecks: Vec<u32>,
+    /// What the last [`insert`] found on layer 0 (candidates for the new node's supporter).
+    pub near: Vec<Scored>,
 }
 
 /// The level of a node: ⌊−ln(U)·mL⌋ with mL = 1/ln(M), capped below `max_layers`. U is drawn
@@ -710,6 +727,8 @@ pub fn rewrite_preserving(words: &[AtomicU32], keep: &[u32]) {
 
 /// Adds the edge `from → to` on `layer`, pruning `from`'s list with the heuristic when full.
 /// With `locks`, the whole read-modify-write of the list happens under `from`'s lock.
+///
+/// On layer 0 a prune keeps the support invariant ([`support`]): see [`keep_supporting`].
 #[allow(clippy::too_many_arguments)]
 fn link<S: GraphStore>(
     store: &S,
@@ -719,6 +738,7 @@ fn link<S: GraphStore>(
     to: u32,
     to_distance: f32,
     layer: usize,
+    entry: u32,
     locks: Option<&NodeLocks>,
     scratch: &mut Scratch,
 ) {
@@ -765,8 +785,49 @@ fn link<S: GraphStore>(
     }
     cands.sort_unstable();
     let kept = select_neighbors(store, dist, &cands, params.capacity(layer), scratch);
-    let keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();
+    let mut keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();
+    if layer == 0 {
+        keep_supporting(
+            store, from, to, &cands, &mut keep, params.m0, entry, scratch,
+        );
+    }
     rewrite_preserving(words, &keep);
+}
+
+/// The support part of a layer-0 prune (see [`link`]): `cands` is the old list and `to`,
+/// `keep` what the heuristic kept (nearest first). A dropped neighbor that needs `from` stays
+/// while the list has room; past that it goes to `scratch.orphans`, to be given a supporter
+/// elsewhere ([`support::after_insert`]): the heuristic's choices are never displaced.
+#[allow(clippy::too_many_arguments)]
+fn keep_supporting<S: GraphStore>(
+    store: &S,
+    from: u32,
+    to: u32,
+    cands: &[Scored],
+    keep: &mut Vec<u32>,
+    capacity: usize,
+    entry: u32,
+    scratch: &mut Scratch,
+) {
+    for c in cands {
+        let z = c.slot;
+        if z == to || keep.contains(&z) || !support::outranks(store, from, z) {
+            continue;
+        }
+        if z == entry {
+            // The entry point needs no supporter; in a parallel batch `entry` may be one that
+            // has just been replaced, so the caller checks it again.
+            scratch.rechecks.push(z);
+            continue;
+        }
+        if support::has_supporter(store, z, from, entry) {
+            scratch.rechecks.push(z);
+        } else if keep.len() < capacity {
+            keep.push(z);
+        } else {
+            scratch.orphans.push(z);
+        }
+    }
 }
 
 /// Inserts `slot` (algorithm 1), whose vector and empty neighbor lists for `level` layers are
@@ -822,12 +883,12 @@ pub fn insert<S: GraphStore>(
         // then the backlinks.
         for s in &selected {
             link(
-                store, dist, params, slot, s.slot, s.distance, layer, locks, scratch,
+                store, dist, params, slot, s.slot, s.distance, layer, ep, locks, scratch,
             );
         }
         for s in &selected {
             link(
-                store, dist, params, s.slot, slot, s.distance, layer, locks, scratch,
+                store, dist, params, s.slot, slot, s.distance, layer, ep, locks, scratch,
             );
         }
         if let Some(best) = found.first() {
@@ -835,6 +896,9 @@ pub fn insert<S: GraphStore>(
             if layer == 0 {
                 note_walk(store, dist, q, &found, scratch);
             }
+        }
+        if layer == 0 {
+            scratch.near = found;
         }
     }
     level > max_layer
@@ -876,10 +940,10 @@ pub fn reconnect<S: GraphStore>(
     let selected = select_neighbors(store, dist, &found, params.m, scratch);
     for s in &selected {
         link(
-            store, dist, params, s.slot, slot, s.distance, 0, None, scratch,
+            store, dist, params, s.slot, slot, s.distance, 0, ep, None, scratch,
         );
         link(
-            store, dist, params, slot, s.slot, s.distance, 0, None, scratch,
+            store, dist, params, slot, s.slot, s.distance, 0, ep, None, scratch,
         );
     }
 }
@@ -966,7 +1030,18 @@ mod tests {
                         for i in 0..each {
                             let to = 1 + t * each + i;
                             let d = to as f32 * to as f32;
-                            link(store, dist, params, 0, to, d, 0, Some(locks), &mut scratch);
+                            link(
+                                store,
+                                dist,
+                                params,
+                                0,
+                                to,
+                                d,
+                                0,
+                                0,
+                                Some(locks),
+                                &mut scratch,
+                            );
                         }
                     });
                 }

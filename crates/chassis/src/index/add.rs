@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use crate::error::{Error, Result};
 use crate::format::header::FLAG_CUSTOM_IDS;
 use crate::format::{self, metadata::Metadata};
-use crate::graph::{self, Scratch};
+use crate::graph::{self, support, Scratch};
 use crate::idmap::IdHashBuilder;
 
 use super::{lock, Index, View};
@@ -296,6 +296,8 @@ impl Index {
             t => t,
         };
         let first = self.count;
+        // Before the first list changes: a crash from here on must show the next writer.
+        self.store.begin_changes(u64::from(first))?;
         if u64::from(first) + ids.len() as u64 > u64::from(u32::MAX) {
             return Err(Error::Full {
                 max: u64::from(u32::MAX),
@@ -341,19 +343,35 @@ impl Index {
                     count: slot + 1,
                     walk: &self.walk,
                 };
+                let before = self.entry;
                 let becomes_entry = graph::insert(
                     &view,
                     &self.dist,
                     &self.params,
                     slot,
                     level,
-                    self.entry,
+                    before,
                     None,
                     &mut scratch,
                 );
                 if becomes_entry {
                     self.entry = Some((slot, level));
                 }
+                let after = self.entry.map_or(slot, |(e, _)| e);
+                let near = std::mem::take(&mut scratch.near);
+                support::after_insert(
+                    &view,
+                    &self.dist,
+                    &self.params,
+                    slot,
+                    before.map(|(e, _)| e),
+                    after,
+                    &near,
+                    None,
+                    &mut scratch,
+                );
+                // One thread: what a prune dropped trusting another supporter still has it.
+                scratch.rechecks.clear();
                 // Decision 5: R after the node and its backlinks.
                 self.store.publish_routing_count(u64::from(slot) + 1)?;
             }
@@ -395,16 +413,20 @@ impl Index {
                                 let level = levels[i];
                                 // A node that will top the graph holds the entry point for its
                                 // whole insertion (as hnswlib does); any other lets go at once.
+                                // So does one of the entry point's level with a smaller slot:
+                                // the entry point is the node of lowest rank (graph::support).
                                 let guard = lock(entry);
                                 let current = *guard;
-                                let tops = current.is_none_or(|(_, top)| level > top);
+                                let tops = current.is_none_or(|(e, top)| {
+                                    level > top || (level == top && slot < e)
+                                });
                                 let held = if tops {
                                     Some(guard)
                                 } else {
                                     drop(guard);
                                     None
                                 };
-                                let becomes = graph::insert(
+                                graph::insert(
                                     view,
                                     dist,
                                     params,
@@ -414,9 +436,28 @@ impl Index {
                                     Some(locks),
                                     &mut scratch,
                                 );
-                                if let (true, Some(mut g)) = (becomes, held) {
-                                    *g = Some((slot, level));
-                                }
+                                let after = match held {
+                                    Some(mut g) => {
+                                        *g = Some((slot, level));
+                                        if let Some((old, _)) = current {
+                                            scratch.rechecks.push(old);
+                                        }
+                                        slot
+                                    }
+                                    None => current.map_or(slot, |(e, _)| e),
+                                };
+                                let near = std::mem::take(&mut scratch.near);
+                                support::after_insert(
+                                    view,
+                                    dist,
+                                    params,
+                                    slot,
+                                    current.map(|(e, _)| e),
+                                    after,
+                                    &near,
+                                    Some(locks),
+                                    &mut scratch,
+                                );
                             }
                             scratch
                         })
@@ -427,6 +468,30 @@ impl Index {
                     .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                     .collect()
             });
+            // Threads checked supporters without locking the lists they read: re-check, on
+            // this thread, every node the chunk inserted or dropped trusting another edge.
+            let ep = lock(&entry).map_or(first, |(e, _)| e);
+            let mut todo: Vec<u32> = (first + chunk_start as u32..first + chunk_end as u32)
+                .chain(scratches.iter_mut().flat_map(|s| s.rechecks.drain(..)))
+                .collect();
+            todo.sort_unstable();
+            todo.dedup();
+            let mut scratch = scratches.pop().unwrap_or_default();
+            for x in todo {
+                support::ensure_supported(
+                    &view,
+                    &self.dist,
+                    &self.params,
+                    x,
+                    ep,
+                    &[],
+                    None,
+                    &mut scratch,
+                );
+                support::settle(&view, &self.dist, &self.params, ep, None, &mut scratch);
+            }
+            scratch.rechecks.clear();
+            scratches.push(scratch);
             self.store
                 .publish_routing_count(u64::from(first) + chunk_end as u64)?;
         }

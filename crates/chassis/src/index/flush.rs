@@ -68,4 +68,25 @@ impl Index {
         self.dirty = false;
         Ok(())
     }
+
+    /// Flushes, then leaves the clean-close marker in the file (docs/FORMAT.md, "Live page")
+    /// and closes: the next writer opens it without a repair pass. Dropping an index with
+    /// nothing pending does the same, ignoring errors; dropping one with changes pending
+    /// discards them and leaves no marker (the next writer repairs what they touched).
+    pub fn close(mut self) -> Result<()> {
+        if self.read_only.is_none() {
+            self.flush()?;
+            self.store.mark_clean()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        if self.read_only.is_none() && !self.dirty {
+            // Best effort: without the marker the next writer makes a repair pass.
+            let _ = self.store.mark_clean();
+        }
+    }
 }

@@ -119,6 +119,10 @@ impl GraphStore for View<'_> {
     fn upper(&self, slot: u32, layer: usize) -> Option<&[std::sync::atomic::AtomicU32]> {
         self.store.upper(slot, layer)
     }
+    #[inline]
+    fn level(&self, slot: u32) -> usize {
+        self.store.upper_layers(slot)
+    }
     fn note_walk(&self, walked_gap: f32, exact_gap: f32) {
         self.walk.note(walked_gap, exact_gap);
     }
@@ -239,6 +243,15 @@ impl Index {
             metadata_chunks: self.store.metadata_chunk_count(),
             indexed_fields: self.indexed_fields(),
         })
+    }
+
+    /// The writer's graph as searches see it (every written slot), for inspection and tests.
+    pub fn graph(&self) -> impl GraphStore + '_ {
+        View {
+            store: &self.store,
+            count: self.count,
+            walk: &self.walk,
+        }
     }
 
     /// The storage layer (inspection and tests).

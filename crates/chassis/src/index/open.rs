@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::format::header::{self, Header};
 use crate::format::vector::VectorLayout;
 use crate::format::{self, record};
-use crate::graph::{self, Distance, Metric, Params};
+use crate::graph::{self, support, Distance, Metric, Params};
 use crate::os::{FileStorage, MemStorage, Storage};
 use crate::storage::Store;
 
@@ -26,24 +26,35 @@ use super::walk::WalkCheck;
 use super::{Index, Options, View};
 
 /// What opening an index as its writer found and did.
+///
+/// A writer that finds the clean-close marker of the last writer (docs/FORMAT.md, "Live
+/// page") for the current header does nothing more than a reader does: `clean` is true and
+/// every other field says nothing was looked at. Otherwise (the last writer stopped without
+/// closing cleanly, or was a release without the marker) it makes one pass over the committed
+/// neighbor lists: edges toward slots that never committed are removed and their nodes
+/// relinked, and every node is given a supporter that lacks one (`graph::support`), so every
+/// committed vector is reachable again. The repairs reach the file with the next flush.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenReport {
+    /// The file was closed cleanly by the last writer: no repair pass ran.
+    pub clean: bool,
     /// Whether recovery ran: the newest header was the intent of an interrupted delete flush.
     pub recovered: bool,
     /// Delete marks recovery reset to 0 (marks of the delete flush that never committed).
     pub marks_reset: u64,
     /// Committed nodes whose neighbor lists named slots past N: edges toward inserts that
     /// never committed, whose pruning may have dropped committed edges (ADR-0005 amendment).
-    /// Every writer open looks (one pass over the committed neighbor lists); each such list is
-    /// emptied of those edges and relinked as an insert would link it. `None` for read-only.
+    /// Each such list is emptied of those edges and relinked as an insert would link it.
+    /// `None` when no repair pass ran (a clean file, or read-only).
     pub repaired_lists: Option<u64>,
-    /// Committed live vectors that no layer-0 path from the entry point reached when the file
-    /// was opened, counted when lists were repaired, recovery ran, or the live page shows (or
-    /// can't rule out) an earlier writer that inserted without flushing. Each is linked back
-    /// at open; the new edges are committed by the next flush (until then a reader may still
-    /// miss them). `None` when not counted.
+    /// Committed live vectors that no layer-0 path from the entry point reached before the
+    /// repair pass. `None` when no repair pass ran.
     pub unreachable: Option<u64>,
-    /// Live vectors still unreachable after reconnecting (normally 0). `None` when not checked.
+    /// Nodes (live or deleted) that had no supporter and were given one by the repair pass.
+    /// `None` when no repair pass ran.
+    pub unsupported: Option<u64>,
+    /// Live vectors still unreachable after the repair pass (normally 0). `None` when no
+    /// repair pass ran.
     pub still_unreachable: Option<u64>,
 }
 
@@ -217,27 +228,30 @@ impl Index {
         }
         if index.read_only.is_none() {
             let recovery = index.store.recovery();
-            // An earlier writer inserted past N without committing (R > N), or no writer ever
-            // published (a live page lost to a power loss looks like that too).
-            let unflushed = index
-                .store
-                .live_routing_count()
-                .is_none_or(|r| r > u64::from(count))
-                && count > 0;
+            let clean = recovery.is_none()
+                && index.store.clean_close_sequence() == Some(index.store.header().sequence);
+            if clean {
+                // The lists are what the header committed: nothing to repair, and nothing to
+                // publish until the first change (which replaces the marker durably).
+                index.store.keep_clean_marker();
+                index.report = OpenReport {
+                    clean: true,
+                    ..OpenReport::default()
+                };
+                return Ok(index);
+            }
             // R is not durable: the writer resets it to N before any ghost slot is reused.
             index.store.publish_routing_count(u64::from(count))?;
             index.store.publish_regions()?;
-            // Every writer open scans the committed neighbor lists for edges toward slots past
-            // N: after a power loss they can be on disk even when the live page is not.
-            let suspect = recovery.is_some() || unflushed;
-            let (repaired, unreachable) = index.repair_graph(suspect)?;
-            let still_unreachable = unreachable.map(|_| index.unreachable_count());
+            let repair = index.repair_graph()?;
             index.report = OpenReport {
+                clean: false,
                 recovered: recovery.is_some(),
                 marks_reset: recovery.unwrap_or(0),
-                repaired_lists: Some(repaired),
-                unreachable,
-                still_unreachable,
+                repaired_lists: Some(repair.lists),
+                unreachable: Some(repair.unreachable),
+                unsupported: Some(repair.unsupported),
+                still_unreachable: Some(index.unreachable_count()),
             };
         }
         Ok(index)
@@ -278,14 +292,15 @@ impl Index {
             .collect()
     }
 
-    /// Repairs what an interrupted writer left in the committed graph (see [`OpenReport`]):
-    /// neighbor words naming slots at or past N (edges toward inserts that never committed)
-    /// are emptied and each such node is relinked as an insert would link it, then every live
-    /// vector still unreachable on layer 0 is linked back. Returns (lists repaired, vectors
-    /// unreachable before). The new edges reach the file with the next flush.
-    pub(super) fn repair_graph(&mut self, suspect: bool) -> Result<(u64, Option<u64>)> {
+    /// Repairs what a writer that stopped without closing cleanly may have left in the
+    /// committed graph (see [`OpenReport`]): neighbor words naming slots at or past N (edges
+    /// toward inserts that never committed) are emptied and each such node is relinked as an
+    /// insert would link it; then every node without a supporter is given one
+    /// ([`support::establish`]), which makes every committed vector reachable. The new edges
+    /// reach the file with the next flush.
+    pub(super) fn repair_graph(&mut self) -> Result<Repair> {
         let Some(entry) = self.entry else {
-            return Ok((0, None));
+            return Ok(Repair::default());
         };
         let n = self.count;
         let mut damaged = Vec::new();
@@ -310,10 +325,7 @@ impl Index {
                 damaged.push(slot);
             }
         }
-        if damaged.is_empty() && !suspect {
-            return Ok((0, None));
-        }
-        let lost_before = self.unreachable_slots().len() as u64;
+        let unreachable = self.unreachable_slots().len() as u64;
         let mut scratch = self.take_scratch();
         let view = View {
             store: &self.store,
@@ -323,13 +335,25 @@ impl Index {
         for &slot in &damaged {
             graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
         }
-        for slot in self.unreachable_slots() {
-            graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
-        }
+        let (unsupported, _) =
+            support::establish(&view, &self.dist, &self.params, n, entry.0, &mut scratch);
+        scratch.orphans.clear();
         self.put_scratch(scratch);
-        if !damaged.is_empty() || lost_before > 0 {
+        if !damaged.is_empty() || unsupported > 0 {
             self.dirty = true;
         }
-        Ok((damaged.len() as u64, Some(lost_before)))
+        Ok(Repair {
+            lists: damaged.len() as u64,
+            unreachable,
+            unsupported,
+        })
     }
+}
+
+/// What [`Index::repair_graph`] found.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Repair {
+    pub(super) lists: u64,
+    pub(super) unreachable: u64,
+    pub(super) unsupported: u64,
 }

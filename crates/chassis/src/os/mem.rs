@@ -282,7 +282,7 @@ impl Storage for MemStorage {
         let mut i = 0;
         while i < buf.len() {
             let at = base + i;
-            if at % 4 == 0 && i + 4 <= buf.len() {
+            if at.is_multiple_of(4) && i + 4 <= buf.len() {
                 let word = u32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
                 // SAFETY: at + 4 <= end <= capacity, `at` is 4-aligned (the allocation is
                 // page-aligned), and the memory lives as long as `self.file`.

@@ -127,6 +127,10 @@ pub struct Store {
     marks_reset: u64,
     /// Whether recovery ran when this store was opened.
     recovered: bool,
+    /// Whether the live page says durably (or can't claim otherwise) that a writer may be
+    /// changing lists: false only while it holds a clean-close marker this writer has not
+    /// replaced yet ([`Store::begin_changes`]).
+    active: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -361,6 +365,7 @@ impl Store {
             poisoned: false,
             marks_reset: 0,
             recovered: false,
+            active: true,
             header,
             header_copy,
         };
@@ -430,6 +435,66 @@ impl Store {
             .u64_at(format::LIVE_PAGE_OFFSET + live::ROUTING_COUNT_AT)
             .ok()?;
         Some(w.load(Ordering::Acquire))
+    }
+
+    /// The header sequence a clean-close marker in the live page vouches for, if it holds one
+    /// (format/live.rs).
+    pub fn clean_close_sequence(&self) -> Option<u64> {
+        let magic = self.meta.u64_at(format::LIVE_PAGE_OFFSET).ok()?;
+        if magic.load(Ordering::Acquire).to_le_bytes() != live::CLEAN_MAGIC {
+            return None;
+        }
+        let seq = self
+            .meta
+            .u64_at(format::LIVE_PAGE_OFFSET + live::CLEAN_SEQUENCE_AT)
+            .ok()?;
+        Some(seq.load(Ordering::Acquire))
+    }
+
+    /// A writer that opened a cleanly closed file and changes nothing leaves the marker in
+    /// place (a crash then needs no repair either): it publishes nothing until
+    /// [`Store::begin_changes`].
+    pub fn keep_clean_marker(&mut self) {
+        self.active = false;
+    }
+
+    /// Before this writer's first change to a neighbor list: replaces a clean-close marker
+    /// with the live magic, R = `committed` and the region counts, and makes that durable, so
+    /// that a crash from here on shows the next writer that lists may have changed. Nothing
+    /// to do when the page held no marker at open (the next writer repairs anyway).
+    pub fn begin_changes(&mut self, committed: u64) -> Result<()> {
+        if self.active || !self.writable {
+            return Ok(());
+        }
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        self.active = true;
+        self.publish_routing_count(committed)?;
+        self.publish_regions()?;
+        if mutants::active(Mutant::ListsChangedUnderCleanMarker) {
+            return Ok(());
+        }
+        self.sync_or_poison()
+    }
+
+    /// Writes the clean-close marker for the current header and makes it durable: the
+    /// writer's lists are exactly what that header committed. The caller guarantees nothing
+    /// is pending. Does nothing for a read-only or poisoned store.
+    pub fn mark_clean(&mut self) -> Result<()> {
+        // Not active: the marker this writer found is still in place (it changed nothing).
+        if !self.writable || self.poisoned || !self.active {
+            return Ok(());
+        }
+        let base = format::LIVE_PAGE_OFFSET;
+        self.meta
+            .u64_at(base + live::CLEAN_SEQUENCE_AT)?
+            .store(self.header.sequence, Ordering::Release);
+        self.meta
+            .u64_at(base)?
+            .store(u64::from_le_bytes(live::CLEAN_MAGIC), Ordering::Release);
+        self.active = false;
+        self.sync_or_poison()
     }
 
     fn sync_or_poison(&mut self) -> Result<()> {
@@ -1119,7 +1184,8 @@ impl Store {
     /// Publishes the routing count R in the live page (release: after the node and its
     /// backlinks are written).
     pub fn publish_routing_count(&self, r: u64) -> Result<()> {
-        if !self.writable {
+        // Not while a clean-close marker stands (it is replaced by `begin_changes`).
+        if !self.writable || !self.active {
             return Ok(());
         }
         #[cfg(test)]
@@ -1143,7 +1209,7 @@ impl Store {
     /// writer calls it at open, after resetting R, so readers stop trusting the counts a
     /// previous writer left).
     pub fn publish_regions(&self) -> Result<()> {
-        if !self.writable {
+        if !self.writable || !self.active {
             return Ok(());
         }
         let base = format::LIVE_PAGE_OFFSET;
