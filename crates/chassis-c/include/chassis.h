@@ -65,6 +65,33 @@ typedef struct chassis_index chassis_index;
 // A lock-free reader of one index file (opaque).
 typedef struct chassis_reader chassis_reader;
 
+// What an index file is and holds ([`chassis_info`], [`chassis_reader_info`]).
+typedef struct chassis_index_info {
+  // Live vectors (for the writer: its unflushed adds and deletes included).
+  uint64_t count;
+  // Deleted slots not yet reclaimed by compaction.
+  uint64_t deleted;
+  // Committed slots N (live and deleted) as of the last flush.
+  uint64_t committed_count;
+  // Dimensions of every vector.
+  size_t dims;
+  // Distance metric.
+  enum chassis_metric metric;
+  // M: neighbors per node on the upper layers (2·M on layer 0).
+  size_t m;
+  // ef_construction the file was built with.
+  size_t ef_construction;
+  // File format: 3 (f32 vectors) or 4 (split halves).
+  uint32_t format;
+  // The file's read version (a release older than this refuses the file).
+  uint32_t read_version;
+  // The file's write version (a release older than this opens it read-only).
+  uint32_t write_version;
+  // Whether this handle is read-only (a reader always is; a writer when the file's write
+  // version is newer than this library's).
+  bool read_only;
+} chassis_index_info;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -81,7 +108,7 @@ const char *chassis_version(void);
 const char *chassis_last_error_message(void);
 
 // Creates a new index file at `path` (which must not exist, or be empty) and opens it as the
-// writer. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
+// writer, in file format 4. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
 //
 // Thread safety: any thread.
 //
@@ -93,6 +120,38 @@ enum chassis_status chassis_create(const char *path,
                                    size_t m,
                                    size_t ef_construction,
                                    struct chassis_index **out_index);
+
+// [`chassis_create`] in a chosen file format: 4 (split halves, walked faster; the default of
+// `chassis_create`) or 3 (f32 vectors, for files that releases reading only format 3 must
+// open). Any other `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `chassis_create`.
+enum chassis_status chassis_create_format(const char *path,
+                                          size_t dims,
+                                          enum chassis_metric metric,
+                                          size_t m,
+                                          size_t ef_construction,
+                                          uint32_t format,
+                                          struct chassis_index **out_index);
+
+// Converts an hnswlib index file (`saveIndex`) at `src` into a new Chassis file at `dst`
+// (which must not exist) and opens it as the writer. hnswlib files don't record the metric:
+// pass the space the index was built with (`l2` → `CHASSIS_METRIC_L2`, `ip` →
+// `CHASSIS_METRIC_IP`, `cosine` → `CHASSIS_METRIC_COSINE`). Labels become ids, the graph is
+// kept, and searches return what hnswlib returns at the same ef. Written to `<dst>.migrating`
+// and renamed into place when complete, so a crash never leaves a partial `dst`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `src` and `dst` are NUL-terminated UTF-8 strings; `out_index` points to writable storage.
+enum chassis_status chassis_migrate_hnswlib(const char *src,
+                                            const char *dst,
+                                            enum chassis_metric metric,
+                                            struct chassis_index **out_index);
 
 // Opens an existing index file as its writer (exclusive lock: `CHASSIS_STATUS_LOCKED` if
 // another writer has it). Runs recovery if a crash interrupted a flush.
@@ -324,6 +383,69 @@ enum chassis_status chassis_len(const struct chassis_index *index, uint64_t *out
 // # Safety
 // `reader` is a live handle; `out_len` is writable.
 enum chassis_status chassis_reader_len(const struct chassis_reader *reader, uint64_t *out_len);
+
+// The stored vector of `id` (as stored: unit length under cosine), `dims` floats written to
+// `out_vector`. `CHASSIS_STATUS_NOT_FOUND` when no live vector has that id;
+// `CHASSIS_STATUS_DIMENSION_MISMATCH` when `dims` is not the index's.
+//
+// Thread safety: runs concurrently with searches on the same index; waits for a write in
+// progress.
+//
+// # Safety
+// `index` is a live handle; `out_vector` is writable for `dims` floats.
+enum chassis_status chassis_get(const struct chassis_index *index,
+                                uint64_t id,
+                                float *out_vector,
+                                size_t dims);
+
+// [`chassis_get`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_get`, with a live reader handle.
+enum chassis_status chassis_reader_get(const struct chassis_reader *reader,
+                                       uint64_t id,
+                                       float *out_vector,
+                                       size_t dims);
+
+// Whether a live vector has `id` (the writer's unflushed adds and deletes included).
+//
+// Thread safety: as `chassis_get`.
+//
+// # Safety
+// `index` is a live handle; `out_contains` is writable.
+enum chassis_status chassis_contains(const struct chassis_index *index,
+                                     uint64_t id,
+                                     bool *out_contains);
+
+// [`chassis_contains`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// `reader` is a live handle; `out_contains` is writable.
+enum chassis_status chassis_reader_contains(const struct chassis_reader *reader,
+                                            uint64_t id,
+                                            bool *out_contains);
+
+// What the writer's file is and holds: counts, dimensions, metric, M, format and versions.
+//
+// Thread safety: as `chassis_get`.
+//
+// # Safety
+// `index` is a live handle; `out_info` is writable.
+enum chassis_status chassis_info(const struct chassis_index *index,
+                                 struct chassis_index_info *out_info);
+
+// [`chassis_info`] on a reader, from a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// `reader` is a live handle; `out_info` is writable.
+enum chassis_status chassis_reader_info(const struct chassis_reader *reader,
+                                        struct chassis_index_info *out_info);
 
 // Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
 // `chassis_flush` first). Null is ignored.

@@ -21,7 +21,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::RwLock;
 
 use chassis::format::metadata;
-use chassis::{CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options};
+use chassis::{
+    CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options, VectorLayout,
+};
 
 /// What a call returned.
 #[repr(C)]
@@ -212,6 +214,50 @@ fn out<T>(p: *mut T, what: &'static str) -> Result<*mut T, Fail> {
     }
 }
 
+fn metric_code(m: Metric) -> chassis_metric {
+    match m {
+        Metric::L2Squared => chassis_metric::L2,
+        Metric::Cosine => chassis_metric::Cosine,
+        Metric::InnerProduct => chassis_metric::Ip,
+    }
+}
+
+/// The vector layout of file format `format` (3 or 4).
+fn layout_of(format: u32) -> Result<VectorLayout, Fail> {
+    match format {
+        3 => Ok(VectorLayout::F32),
+        4 => Ok(VectorLayout::SplitHalves),
+        f => Err(Error::InvalidArgument(format!(
+            "format must be 3 (f32 vectors) or 4 (split halves), got {f}"
+        ))
+        .into()),
+    }
+}
+
+/// The file format a vector layout belongs to.
+fn format_of(layout: VectorLayout) -> u32 {
+    match layout {
+        VectorLayout::F32 => 3,
+        VectorLayout::SplitHalves => 4,
+    }
+}
+
+/// Copies a stored vector into the caller's buffer of `dims` floats.
+fn write_vector(v: &[f32], out_vector: *mut f32, dims: usize) -> Result<(), Fail> {
+    let out_vector = out(out_vector, "out_vector")?;
+    if dims != v.len() {
+        return Err(Error::DimensionMismatch {
+            expected: v.len(),
+            got: dims,
+        }
+        .into());
+    }
+    // SAFETY: `out_vector` is non-null and writable for `dims` = v.len() floats per the
+    // contract; `v` is our own buffer and cannot overlap it.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out_vector, v.len()) };
+    Ok(())
+}
+
 fn metric_of(m: chassis_metric) -> Metric {
     match m {
         chassis_metric::L2 => Metric::L2Squared,
@@ -251,7 +297,7 @@ pub extern "C" fn chassis_last_error_message() -> *const c_char {
 }
 
 /// Creates a new index file at `path` (which must not exist, or be empty) and opens it as the
-/// writer. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
+/// writer, in file format 4. `m` = 0 and `ef_construction` = 0 take the defaults (16 and 200).
 ///
 /// Thread safety: any thread.
 ///
@@ -266,11 +312,33 @@ pub unsafe extern "C" fn chassis_create(
     ef_construction: usize,
     out_index: *mut *mut chassis_index,
 ) -> chassis_status {
+    // SAFETY: this function's contract is `chassis_create_format`'s.
+    unsafe { chassis_create_format(path, dims, metric, m, ef_construction, 4, out_index) }
+}
+
+/// [`chassis_create`] in a chosen file format: 4 (split halves, walked faster; the default of
+/// `chassis_create`) or 3 (f32 vectors, for files that releases reading only format 3 must
+/// open). Any other `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// As for `chassis_create`.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_create_format(
+    path: *const c_char,
+    dims: usize,
+    metric: chassis_metric,
+    m: usize,
+    ef_construction: usize,
+    format: u32,
+    out_index: *mut *mut chassis_index,
+) -> chassis_status {
     guard(|| {
         // SAFETY: per this function's contract.
         let path = unsafe { path_arg(path) }?;
         let out_index = out(out_index, "out_index")?;
-        let mut opts = Options::new(dims, metric_of(metric));
+        let mut opts = Options::new(dims, metric_of(metric)).vector_layout(layout_of(format)?);
         if m != 0 {
             opts = opts.m(m);
         }
@@ -282,6 +350,40 @@ pub unsafe extern "C" fn chassis_create(
             inner: RwLock::new(ix),
         }));
         // SAFETY: `out_index` is non-null and writable per the contract.
+        unsafe { *out_index = h };
+        Ok(())
+    })
+}
+
+/// Converts an hnswlib index file (`saveIndex`) at `src` into a new Chassis file at `dst`
+/// (which must not exist) and opens it as the writer. hnswlib files don't record the metric:
+/// pass the space the index was built with (`l2` → `CHASSIS_METRIC_L2`, `ip` →
+/// `CHASSIS_METRIC_IP`, `cosine` → `CHASSIS_METRIC_COSINE`). Labels become ids, the graph is
+/// kept, and searches return what hnswlib returns at the same ef. Written to `<dst>.migrating`
+/// and renamed into place when complete, so a crash never leaves a partial `dst`.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `src` and `dst` are NUL-terminated UTF-8 strings; `out_index` points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_migrate_hnswlib(
+    src: *const c_char,
+    dst: *const c_char,
+    metric: chassis_metric,
+    out_index: *mut *mut chassis_index,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let src = unsafe { text_arg(src, "src") }?;
+        // SAFETY: per this function's contract.
+        let dst = unsafe { text_arg(dst, "dst") }?;
+        let out_index = out(out_index, "out_index")?;
+        let ix = Index::migrate_hnswlib(src, dst, metric_of(metric))?;
+        let h = Box::into_raw(Box::new(chassis_index {
+            inner: RwLock::new(ix),
+        }));
+        // SAFETY: non-null and writable per the contract.
         unsafe { *out_index = h };
         Ok(())
     })
@@ -806,6 +908,197 @@ pub unsafe extern "C" fn chassis_reader_len(
         let n = r.inner.len()?;
         // SAFETY: non-null, writable per the contract.
         unsafe { *out_len = n };
+        Ok(())
+    })
+}
+
+/// What an index file is and holds ([`chassis_info`], [`chassis_reader_info`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct chassis_index_info {
+    /// Live vectors (for the writer: its unflushed adds and deletes included).
+    pub count: u64,
+    /// Deleted slots not yet reclaimed by compaction.
+    pub deleted: u64,
+    /// Committed slots N (live and deleted) as of the last flush.
+    pub committed_count: u64,
+    /// Dimensions of every vector.
+    pub dims: usize,
+    /// Distance metric.
+    pub metric: chassis_metric,
+    /// M: neighbors per node on the upper layers (2·M on layer 0).
+    pub m: usize,
+    /// ef_construction the file was built with.
+    pub ef_construction: usize,
+    /// File format: 3 (f32 vectors) or 4 (split halves).
+    pub format: u32,
+    /// The file's read version (a release older than this refuses the file).
+    pub read_version: u32,
+    /// The file's write version (a release older than this opens it read-only).
+    pub write_version: u32,
+    /// Whether this handle is read-only (a reader always is; a writer when the file's write
+    /// version is newer than this library's).
+    pub read_only: bool,
+}
+
+/// The stored vector of `id` (as stored: unit length under cosine), `dims` floats written to
+/// `out_vector`. `CHASSIS_STATUS_NOT_FOUND` when no live vector has that id;
+/// `CHASSIS_STATUS_DIMENSION_MISMATCH` when `dims` is not the index's.
+///
+/// Thread safety: runs concurrently with searches on the same index; waits for a write in
+/// progress.
+///
+/// # Safety
+/// `index` is a live handle; `out_vector` is writable for `dims` floats.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_get(
+    index: *const chassis_index,
+    id: u64,
+    out_vector: *mut f32,
+    dims: usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let v = read(ix).get(id)?;
+        write_vector(&v, out_vector, dims)
+    })
+}
+
+/// [`chassis_get`] on a reader: a fresh snapshot of what is committed.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
+/// # Safety
+/// As for `chassis_get`, with a live reader handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_get(
+    reader: *const chassis_reader,
+    id: u64,
+    out_vector: *mut f32,
+    dims: usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        let v = r.inner.get(id)?;
+        write_vector(&v, out_vector, dims)
+    })
+}
+
+/// Whether a live vector has `id` (the writer's unflushed adds and deletes included).
+///
+/// Thread safety: as `chassis_get`.
+///
+/// # Safety
+/// `index` is a live handle; `out_contains` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_contains(
+    index: *const chassis_index,
+    id: u64,
+    out_contains: *mut bool,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let out_contains = out(out_contains, "out_contains")?;
+        let live = read(ix).contains(id)?;
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_contains = live };
+        Ok(())
+    })
+}
+
+/// [`chassis_contains`] on a reader: a fresh snapshot of what is committed.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
+/// # Safety
+/// `reader` is a live handle; `out_contains` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_contains(
+    reader: *const chassis_reader,
+    id: u64,
+    out_contains: *mut bool,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        let out_contains = out(out_contains, "out_contains")?;
+        let live = r.inner.contains(id)?;
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_contains = live };
+        Ok(())
+    })
+}
+
+/// What the writer's file is and holds: counts, dimensions, metric, M, format and versions.
+///
+/// Thread safety: as `chassis_get`.
+///
+/// # Safety
+/// `index` is a live handle; `out_info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_info(
+    index: *const chassis_index,
+    out_info: *mut chassis_index_info,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let out_info = out(out_info, "out_info")?;
+        let i = read(ix).info()?;
+        let info = chassis_index_info {
+            count: i.count,
+            deleted: i.deleted,
+            committed_count: i.committed_count,
+            dims: i.dims,
+            metric: metric_code(i.metric),
+            m: i.m,
+            ef_construction: i.ef_construction,
+            format: format_of(i.vector_layout),
+            read_version: i.versions.0,
+            write_version: i.versions.1,
+            read_only: i.read_only.is_some(),
+        };
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_info = info };
+        Ok(())
+    })
+}
+
+/// [`chassis_info`] on a reader, from a fresh snapshot of what is committed.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
+/// # Safety
+/// `reader` is a live handle; `out_info` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_info(
+    reader: *const chassis_reader,
+    out_info: *mut chassis_index_info,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        let out_info = out(out_info, "out_info")?;
+        let snap = r.inner.snapshot()?;
+        let h = r.inner.header_of(&snap);
+        let info = chassis_index_info {
+            count: snap.len(),
+            deleted: h.deleted_count,
+            committed_count: h.committed_count,
+            dims: r.inner.dims(),
+            metric: metric_code(r.inner.metric()),
+            m: r.inner.m(),
+            ef_construction: r.inner.ef_construction(),
+            format: format_of(h.layout()),
+            read_version: h.read_version,
+            write_version: h.write_version,
+            read_only: true,
+        };
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_info = info };
         Ok(())
     })
 }

@@ -14,6 +14,11 @@ fn library_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The hnswlib file the Rust migration tests use (600 x 16, l2, ten labels deleted).
+fn hnswlib_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../chassis/tests/fixtures/hnswlib/l2.bin")
+}
+
 fn compile(dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = library_dir().join("libchassis_c.a");
@@ -46,7 +51,11 @@ fn the_c_program_passes_and_valgrind_finds_nothing() {
     let exe = compile(dir.path());
     let run = dir.path().join("plain");
     std::fs::create_dir(&run).unwrap();
-    let out = Command::new(&exe).arg(&run).output().unwrap();
+    let out = Command::new(&exe)
+        .arg(&run)
+        .arg(hnswlib_fixture())
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}{}",
@@ -67,6 +76,7 @@ fn the_c_program_passes_and_valgrind_finds_nothing() {
         ])
         .arg(&exe)
         .arg(&run)
+        .arg(hnswlib_fixture())
         .output()
         .expect("valgrind (it ships with every machine of this project's kind)");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -235,6 +235,24 @@ impl RawIndex {
     }
 
     #[staticmethod]
+    fn migrate_hnswlib(
+        py: Python<'_>,
+        src: PathBuf,
+        dst: PathBuf,
+        metric: &str,
+    ) -> PyResult<RawIndex> {
+        let metric = metric_of(metric)?;
+        let d = dst.clone();
+        let ix = py
+            .allow_threads(|| Index::migrate_hnswlib(&src, &d, metric))
+            .map_err(to_py)?;
+        Ok(RawIndex {
+            inner: RwLock::new(Some(Inner::Writer(Box::new(ix)))),
+            path: dst,
+        })
+    }
+
+    #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<RawIndex> {
         let p = path.clone();
         let inner = py

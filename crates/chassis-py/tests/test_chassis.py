@@ -282,3 +282,28 @@ def test_batch_add_threads_and_all_or_nothing(tmp_path):
     assert len(ix) == 0
     ix.add(data[:100], ids=np.arange(100, 200, dtype=np.uint64), threads=2)
     assert len(ix) == 100 and 199 in ix and 0 not in ix
+
+
+def test_migrate_hnswlib_keeps_labels_deletes_and_answers(tmp_path):
+    import json
+    import pathlib
+
+    fixtures = pathlib.Path(__file__).resolve().parents[2] / "chassis/tests/fixtures/hnswlib"
+    want = json.loads((fixtures / "l2.json").read_text())
+    dst = tmp_path / "migrated.chassis"
+    ix = chassis.migrate_hnswlib(fixtures / "l2.bin", dst, "l2")
+    assert ix.metric == "l2" and ix.dims == 16 and not ix.read_only
+    assert len(ix) == 600 - len(want["deleted"])
+    assert 1000 in ix and all(d not in ix for d in want["deleted"])
+    queries = np.asarray(want["queries"], dtype=np.float32)
+    found, dist = ix.search(queries, k=10, ef=64)
+    np.testing.assert_array_equal(found, np.asarray(want["results"]["64"]["labels"]))
+    np.testing.assert_allclose(dist, want["results"]["64"]["distances"], rtol=1e-4, atol=1e-4)
+    ix.close()
+    with pytest.raises(chassis.ChassisError, match="exists"):
+        chassis.migrate_hnswlib(fixtures / "l2.bin", dst, "l2")
+    with pytest.raises(chassis.InvalidArgumentError):
+        chassis.migrate_hnswlib(fixtures / "l2.bin", tmp_path / "x.chassis", "hamming")
+    assert not (tmp_path / "x.chassis").exists()
+    reader = chassis.Index.open(dst, read_only=True)
+    assert len(reader) == 600 - len(want["deleted"])

@@ -24,8 +24,37 @@ fn metric(space: &str) -> Metric {
     }
 }
 
+/// The exact 10 nearest labels of each query, by brute force over the migrated vectors.
+fn exact_top10(ix: &Index, space: &str, queries: &[Vec<f32>], deleted: &[u64]) -> Vec<Vec<u64>> {
+    let live: Vec<(u64, Vec<f32>)> = (0..600u64)
+        .map(|i| 1000 + 3 * i)
+        .filter(|l| !deleted.contains(l))
+        .map(|l| (l, ix.get(l).unwrap()))
+        .collect();
+    queries
+        .iter()
+        .map(|q| {
+            let norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let mut d: Vec<(f32, u64)> = live
+                .iter()
+                .map(|(l, v)| {
+                    let dot: f32 = q.iter().zip(v).map(|(a, b)| a * b).sum();
+                    let dist = match space {
+                        "l2" => q.iter().zip(v).map(|(a, b)| (a - b) * (a - b)).sum(),
+                        "ip" => 1.0 - dot,
+                        _ => 1.0 - dot / norm,
+                    };
+                    (dist, *l)
+                })
+                .collect();
+            d.sort_by(|a, b| a.0.total_cmp(&b.0));
+            d.iter().take(10).map(|x| x.1).collect()
+        })
+        .collect()
+}
+
 #[test]
-fn migrated_hnswlib_indexes_answer_exactly_as_hnswlib_does() {
+fn migrated_hnswlib_indexes_answer_as_hnswlib_does_and_reach_every_vector() {
     for space in ["l2", "ip", "cosine"] {
         let (bin, want) = fixture(space);
         let dir = tempfile::tempdir().unwrap();
@@ -56,7 +85,10 @@ fn migrated_hnswlib_indexes_answer_exactly_as_hnswlib_does() {
             })
             .collect();
         let mut compared = 0;
-        for ef in [16usize, 64] {
+        let mut differ = 0;
+        let truth = exact_top10(&ix, space, &queries, &deleted);
+        let (mut recall_ours, mut recall_theirs) = ([0usize; 2], [0usize; 2]);
+        for (ef_i, ef) in [16usize, 64].into_iter().enumerate() {
             let res = &want["results"][ef.to_string()];
             for (qi, q) in queries.iter().enumerate() {
                 let hits = ix.search(q, 10, ef).unwrap();
@@ -73,7 +105,16 @@ fn migrated_hnswlib_indexes_answer_exactly_as_hnswlib_does() {
                     .map(|v| v.as_f64().unwrap())
                     .collect();
                 let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
-                assert_eq!(got, labels, "{space} ef {ef} query {qi}");
+                compared += 1;
+                // The graph is hnswlib's plus the edges that make every vector reachable
+                // (graph/support.rs): the same answers, or (rarely) others as good overall.
+                let exact = &truth[qi];
+                recall_ours[ef_i] += got.iter().filter(|g| exact.contains(g)).count();
+                recall_theirs[ef_i] += labels.iter().filter(|g| exact.contains(g)).count();
+                if got != labels {
+                    differ += 1;
+                    continue;
+                }
                 for (h, d) in hits.iter().zip(&dists) {
                     let tol = 1e-4 * d.abs().max(1.0);
                     assert!(
@@ -82,10 +123,30 @@ fn migrated_hnswlib_indexes_answer_exactly_as_hnswlib_does() {
                         h.distance
                     );
                 }
-                compared += 1;
             }
         }
         assert_eq!(compared, 100);
+        // Measured: l2 and cosine 0 of 100 differ, ip 5 (recall 494 and 497 of 500 against
+        // hnswlib's 491 and 497).
+        assert!(
+            differ <= 10,
+            "{space}: {differ} of 100 answers differ from hnswlib's"
+        );
+        for ef_i in 0..2 {
+            assert!(
+                recall_ours[ef_i] + 5 >= recall_theirs[ef_i],
+                "{space}: recall {} of 500 against hnswlib's {}",
+                recall_ours[ef_i],
+                recall_theirs[ef_i]
+            );
+        }
+        let c = ix.check(0).unwrap();
+        assert!(
+            c.problems.is_empty() && c.unreachable == 0,
+            "{space}: the migrated file checks clean: {:?}, {} unreachable",
+            c.problems,
+            c.unreachable
+        );
         // The migrated file is a normal Chassis file: reopen, read, write.
         drop(ix);
         let r = IndexReader::open(&dst).unwrap();

@@ -1,6 +1,7 @@
 /* The C API end to end: create, add, search, flush, errors, a reader in a forked process that
- * sees the parent's flush, compaction, close. Run by tests/c_program.rs (plain and under
- * valgrind). Usage: test_chassis DIR */
+ * sees the parent's flush, compaction, close, metadata and filters, get, contains and info,
+ * format 3, migration from hnswlib. Run by tests/c_program.rs (plain and under valgrind).
+ * Usage: test_chassis DIR HNSWLIB_FILE */
 #include "chassis.h"
 
 #include <math.h>
@@ -31,6 +32,13 @@ static void vector(int i, float *v) {
     }
 }
 
+static int near(const float *a, const float *b) {
+    for (int d = 0; d < DIMS; d++) {
+        if (fabsf(a[d] - b[d]) > 1e-6f) return 0;
+    }
+    return 1;
+}
+
 static int reader_child(const char *path) {
     chassis_reader *r = NULL;
     if (chassis_open_reader(path, &r) != CHASSIS_STATUS_OK) {
@@ -59,10 +67,11 @@ static int reader_child(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: test_chassis DIR\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_chassis DIR HNSWLIB_FILE\n");
         return 2;
     }
+    const char *dir = argv[1], *hnswlib_file = argv[2];
     char path[4096];
     snprintf(path, sizeof path, "%s/c.chassis", argv[1]);
     CHECK(strlen(chassis_version()) > 0, "version");
@@ -201,6 +210,84 @@ int main(int argc, char **argv) {
           "reader filtered search");
     chassis_reader_close(r);
     chassis_close(ix);
+
+    /* get, contains and info, on the writer and on a reader. */
+    CHECK(chassis_open(path, &ix) == CHASSIS_STATUS_OK, "reopen for get");
+    CHECK(chassis_open_reader(path, &r) == CHASSIS_STATUS_OK, "reader for get");
+    /* Cosine: stored at unit length. */
+    float got_v[DIMS], want_v[DIMS], norm = 0.0f;
+    vector(150, want_v);
+    for (int d = 0; d < DIMS; d++) norm += want_v[d] * want_v[d];
+    for (int d = 0; d < DIMS; d++) want_v[d] /= sqrtf(norm);
+    CHECK(chassis_get(ix, 150, got_v, DIMS) == CHASSIS_STATUS_OK && near(got_v, want_v),
+          "get 150: %f %f vs %f %f", got_v[0], got_v[1], want_v[0], want_v[1]);
+    CHECK(chassis_reader_get(r, 150, got_v, DIMS) == CHASSIS_STATUS_OK && near(got_v, want_v),
+          "reader get 150");
+    CHECK(chassis_get(ix, 150, got_v, DIMS - 1) == CHASSIS_STATUS_DIMENSION_MISMATCH, "get with short buffer");
+    CHECK(chassis_get(ix, 5, got_v, DIMS) == CHASSIS_STATUS_NOT_FOUND, "get deleted");
+    CHECK(chassis_reader_get(r, 999999, got_v, DIMS) == CHASSIS_STATUS_NOT_FOUND, "reader get unknown");
+    bool live = false;
+    CHECK(chassis_contains(ix, 150, &live) == CHASSIS_STATUS_OK && live, "contains 150");
+    CHECK(chassis_contains(ix, 5, &live) == CHASSIS_STATUS_OK && !live, "deleted not contained");
+    CHECK(chassis_reader_contains(r, 5003, &live) == CHASSIS_STATUS_OK && live, "reader contains");
+    CHECK(chassis_reader_contains(r, 5, &live) == CHASSIS_STATUS_OK && !live, "reader: deleted");
+    CHECK(chassis_delete(ix, 150) == CHASSIS_STATUS_OK, "delete 150");
+    CHECK(chassis_contains(ix, 150, &live) == CHASSIS_STATUS_OK && !live, "the writer sees its delete");
+    CHECK(chassis_reader_contains(r, 150, &live) == CHASSIS_STATUS_OK && live, "a reader sees the last flush");
+    chassis_index_info info;
+    CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK, "info");
+    CHECK(info.count == 2 * N - 100 + 51 - 1 && info.dims == DIMS && info.metric == CHASSIS_METRIC_COSINE &&
+              info.m == 16 && info.ef_construction == 100 && info.format == 4 && !info.read_only,
+          "info: count %llu dims %zu m %zu ef %zu format %u metric %d ro %d", (unsigned long long)info.count,
+          info.dims, info.m, info.ef_construction, info.format, (int)info.metric, (int)info.read_only);
+    CHECK(info.read_version >= 4 && info.write_version >= info.read_version, "versions %u %u",
+          info.read_version, info.write_version);
+    chassis_index_info rinfo;
+    CHECK(chassis_reader_info(r, &rinfo) == CHASSIS_STATUS_OK && rinfo.count == info.count + 1 &&
+              rinfo.dims == DIMS && rinfo.format == 4 && rinfo.read_only && rinfo.m == 16 &&
+              rinfo.committed_count == info.committed_count,
+          "reader info: count %llu", (unsigned long long)rinfo.count);
+    CHECK(chassis_info(ix, NULL) == CHASSIS_STATUS_NULL_POINTER, "info into null");
+    chassis_reader_close(r);
+    chassis_close(ix);
+
+    /* Format 3 on request; other formats are refused. */
+    char path3[4096];
+    snprintf(path3, sizeof path3, "%s/f3.chassis", dir);
+    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_COSINE, 8, 50, 3, &ix) == CHASSIS_STATUS_OK,
+          "create format 3");
+    vector(1, v);
+    CHECK(chassis_add(ix, v, DIMS, NULL) == CHASSIS_STATUS_OK && chassis_flush(ix) == CHASSIS_STATUS_OK,
+          "add to format 3");
+    CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.format == 3 && info.read_version == 3 &&
+              info.metric == CHASSIS_METRIC_COSINE && info.m == 8 && info.ef_construction == 50,
+          "format 3 info: format %u read %u", info.format, info.read_version);
+    chassis_close(ix);
+    snprintf(path3, sizeof path3, "%s/f5.chassis", dir);
+    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 5, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "format 5 refused");
+
+    /* Migration from an hnswlib file (the Rust tests' fixture: 600 x 16, ten deleted). */
+    {
+        char dst[4096];
+        snprintf(dst, sizeof dst, "%s/migrated.chassis", dir);
+        CHECK(chassis_migrate_hnswlib(hnswlib_file, dst, CHASSIS_METRIC_L2, &ix) == CHASSIS_STATUS_OK,
+              "migrate");
+        CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.count == 590 && info.dims == 16 &&
+                  info.m == 8,
+              "migrated info: count %llu", (unsigned long long)info.count);
+        CHECK(chassis_contains(ix, 1000, &live) == CHASSIS_STATUS_OK && live, "label 1000");
+        CHECK(chassis_contains(ix, 1015, &live) == CHASSIS_STATUS_OK && !live, "deleted label 1015");
+        float m16[16];
+        CHECK(chassis_get(ix, 1003, m16, 16) == CHASSIS_STATUS_OK, "get migrated");
+        CHECK(chassis_search(ix, m16, 16, 1, 64, ids, dist, &found) == CHASSIS_STATUS_OK && found == 1 &&
+                  ids[0] == 1003 && dist[0] == 0.0f,
+              "migrated vector finds itself");
+        chassis_close(ix);
+        CHECK(chassis_migrate_hnswlib(hnswlib_file, dst, CHASSIS_METRIC_L2, &ix) == CHASSIS_STATUS_IO &&
+                  strstr(chassis_last_error_message(), "exists") != NULL,
+              "migrate refuses an existing destination");
+    }
 
     if (failures) {
         fprintf(stderr, "%d failure(s)\n", failures);

@@ -46,6 +46,7 @@ from ._chassis import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "Index",
+    "migrate_hnswlib",
     "MISSING_ID",
     "ChassisError",
     "CorruptError",
@@ -207,6 +208,11 @@ class Index:
         lock, usable beside a writer in another process, every search on a fresh snapshot.
         """
         return cls._wrap(_RawIndex.open(str(path), bool(read_only)))
+
+    @classmethod
+    def migrate_hnswlib(cls, src, dst, metric: str) -> "Index":
+        """Same as :func:`chassis.migrate_hnswlib`."""
+        return migrate_hnswlib(src, dst, metric)
 
     @property
     def dims(self) -> int:
@@ -402,3 +408,18 @@ class Index:
             f"<chassis.Index {self.path!r} {mode}: {len(self)} vectors, "
             f"{self.dims} dims, {self.metric}>"
         )
+
+
+def migrate_hnswlib(src, dst, metric: str) -> Index:
+    """Convert an hnswlib index file (``save_index``) into a new Chassis file, open as the writer.
+
+    hnswlib files don't record their space: pass the one the index was built with (``"l2"``,
+    ``"ip"`` or ``"cosine"``). Labels become ids and deleted marks become deletes; the graph
+    is kept, plus the edges that make every vector reachable, so searches return what
+    hnswlib returned at the same ef (rarely other answers at equal or better recall). ``dst``
+    must not exist; it appears complete or not at all (written beside it as
+    ``<dst>.migrating``, then renamed)::
+
+        ix = chassis.migrate_hnswlib("index.bin", "docs.chassis", "cosine")
+    """
+    return Index._wrap(_RawIndex.migrate_hnswlib(str(src), str(dst), metric))

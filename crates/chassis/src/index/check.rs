@@ -172,8 +172,10 @@ impl Index {
         }
         if r.unreachable > 0 {
             r.problems.push(format!(
-                "{} live vectors are unreachable from the entry point (ids {:?}…); reopening \
-                 as the writer or compacting reconnects them",
+                "{} live vectors are unreachable from the entry point (ids {:?}…): no flush of \
+                 this release leaves any (a file last written by an earlier release is repaired \
+                 the first time this release opens it as the writer); compacting rebuilds the \
+                 graph",
                 r.unreachable, r.unreachable_sample
             ));
         }
