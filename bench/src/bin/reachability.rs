@@ -44,6 +44,18 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+/// CPU seconds this process has used (user and system, all threads), from /proc.
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14 and 15 of stat (utime, stime) are the 12th and 13th after the name, in ticks.
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -90,9 +102,10 @@ fn main() {
             .collect()
     };
     println!("reachability: {n} x {dims} cosine, M 16, ef_construction 200, {reps} builds each");
-    println!("threads | build s (median, range) | unreachable | recall@10 ef 16 / 32 / 64 / 128");
+    println!("threads | build s (median, range) | build CPU s | edges | unreachable | recall@10 ef 16 / 32 / 64 / 128");
     for &t in &threads {
         let mut times = Vec::new();
+        let mut cpus = Vec::new();
         let mut last = None;
         for _ in 0..reps {
             let opts = Options::new(dims, Metric::Cosine)
@@ -101,13 +114,16 @@ fn main() {
                 .seed(42);
             let mut ix = Index::in_memory(opts, 4 << 30).unwrap();
             let start = Instant::now();
+            let cpu0 = cpu_s();
             ix.add_batch(&flat, t).unwrap();
             ix.flush().unwrap();
             times.push(start.elapsed().as_secs_f64());
+            cpus.push(cpu_s() - cpu0);
             last = Some(ix);
         }
         let ix = last.unwrap();
         let unreachable = ix.unreachable_count();
+        let edges = ix.check(0).unwrap().edges;
         let mut recalls = Vec::new();
         for ef in [16, 32, 64, 128] {
             let mut hit = 0;
@@ -120,8 +136,9 @@ fn main() {
         let lo = times.iter().cloned().fold(f64::MAX, f64::min);
         let hi = times.iter().cloned().fold(0.0, f64::max);
         println!(
-            "{t} | {:.1} ({lo:.1}-{hi:.1}) | {unreachable} | {}",
+            "{t} | {:.1} ({lo:.1}-{hi:.1}) | {:.1} | {edges} | {unreachable} | {}",
             median(times.clone()),
+            median(cpus.clone()),
             recalls
                 .iter()
                 .map(|r| format!("{r:.4}"))

@@ -1,14 +1,22 @@
 //! Experiment 3 of ADR-0008: readers in other processes tolerating a writer.
 //!
-//! One writer process and `--readers` reader processes on one file. The writer builds a base
-//! index, then makes `--flushes` flushes of `--adds` adds and `--deletes` deletes, then an
-//! unflushed bulk load of `--bulk` × base vectors in five chunks, pausing (without flushing)
-//! after each. Readers search continuously at ef ∈ {16, 32, 64, 128}; before every flush the
-//! writer waits while each reader searches the same queries on the same snapshot with the
-//! writer idle, and after every bulk chunk while it searches them with the writer paused.
-//! Every concurrent query is paired with that idle (or paused) query on the same snapshot;
-//! recall@10 is against the exact top 10 of the snapshot's live vectors. Half the concurrent
-//! passes run with routing off: the control.
+//! One writer and `--readers` reader processes on one file. The writer builds a base index,
+//! then, while the readers search continuously at ef ∈ {16, 32, 64, 128}:
+//!
+//! 1. `--flushes` flushes of `--adds` adds and `--deletes` deletes (small flushed batches);
+//! 2. parallel batch adds of `--batch` vectors in calls of `--batch-step` on two threads (R
+//!    published as slots are linked), each paused unflushed, then flushed;
+//! 3. a compaction (`compact()`: the ADR's rebuild_graph(), a new file renamed over the path),
+//!    which the readers follow;
+//! 4. an unflushed bulk load of `--bulk` × N new vectors (N: the live vectors at that point)
+//!    in five chunks, pausing (without flushing) after each.
+//!
+//! Before every flush and the compaction, and after the compaction, the writer waits while
+//! each reader searches the same queries on the same snapshot with the writer idle; after the
+//! batch and every bulk chunk, while it searches them with the writer paused. Every concurrent
+//! query is paired with that idle (or paused) query on the same snapshot (for the compaction:
+//! the same file and sequence, before or after); recall@10 is against the exact top 10 of the
+//! snapshot's live vectors. Half the concurrent passes run with routing off: the control.
 //!
 //! Pass: zero reader errors; at every ef, mean paired loss ≤ 1 recall point and ≤ 1% of
 //! queries losing ≥ 0.5.
@@ -23,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chassis::{Index, IndexReader, Metric, Options};
+use chassis::{CompactOptions, Index, IndexReader, Metric, Options};
 use chassis_bench::{bootstrap_mean, dot, pypi_minilm, read_fvecs, synthetic, Vectors};
 
 const EFS: [usize; 4] = [16, 32, 64, 128];
@@ -35,6 +43,8 @@ struct Args {
     adds: usize,
     deletes: usize,
     bulk: f64,
+    batch: usize,
+    batch_step: usize,
     queries: usize,
     readers: usize,
     dir: Option<PathBuf>,
@@ -42,11 +52,13 @@ struct Args {
 
 fn parse_args() -> Args {
     let mut a = Args {
-        base: 50_000,
+        base: 20_000,
         flushes: 20,
-        adds: 1_000,
-        deletes: 50,
-        bulk: 0.5,
+        adds: 500,
+        deletes: 25,
+        bulk: 1.0,
+        batch: 20_000,
+        batch_step: 5_000,
         queries: 200,
         readers: 2,
         dir: None,
@@ -61,6 +73,8 @@ fn parse_args() -> Args {
             "--adds" => a.adds = v.parse().expect("--adds N"),
             "--deletes" => a.deletes = v.parse().expect("--deletes N"),
             "--bulk" => a.bulk = v.parse().expect("--bulk FRACTION"),
+            "--batch" => a.batch = v.parse().expect("--batch N"),
+            "--batch-step" => a.batch_step = v.parse().expect("--batch-step N"),
             "--queries" => a.queries = v.parse().expect("--queries N"),
             "--readers" => a.readers = v.parse().expect("--readers N"),
             "--dir" => a.dir = Some(PathBuf::from(v)),
@@ -72,7 +86,8 @@ fn parse_args() -> Args {
 }
 
 fn dataset(a: &Args) -> (Vectors, Vectors, &'static str) {
-    let need = a.base + a.flushes * a.adds + (a.bulk * a.base as f64) as usize;
+    let before_bulk = a.base + a.flushes * a.adds + a.batch;
+    let need = before_bulk + (a.bulk * before_bulk as f64) as usize;
     if let Some(dir) = pypi_minilm() {
         let base = read_fvecs(&dir.join("pypi-minilm_base.fvecs")).expect("base");
         let q = read_fvecs(&dir.join("pypi-minilm_query.fvecs")).expect("queries");
@@ -99,7 +114,8 @@ fn write_atomic(path: &Path, text: &str) {
     fs::rename(&tmp, path).expect("rename");
 }
 
-/// The writer's phase: (kind, counter). Kinds: build, idle, busy, paused, bulk, done.
+/// The writer's phase: (kind, counter). Kinds: build, idle, busy, batch, compact, paused,
+/// bulk, done.
 fn phase(dir: &Path) -> (String, u64) {
     let t = fs::read_to_string(dir.join("phase")).unwrap_or_default();
     let mut p = t.split_whitespace();
@@ -165,9 +181,41 @@ fn writer(a: &Args, dir: &Path) {
         ix.flush().expect("flush");
         eprintln!("writer: flush {} of {}", f + 1, a.flushes);
     }
+    // A parallel batch add, paused unflushed, then flushed.
     let id = set("idle", &mut c);
     wait_acks(dir, a.readers, id);
-    let bulk = (a.bulk * a.base as f64) as usize;
+    // In calls of `--batch-step` (as the bulk load pauses every fifth): a reference taken
+    // only after 20,000 routed adds gains from routing through them all, which a concurrent
+    // search early in the batch can't have yet (the ADR's note on judging against pauses).
+    let mut left = a.batch;
+    while left > 0 {
+        let n = left.min(a.batch_step);
+        left -= n;
+        set("batch", &mut c);
+        let rows = base.data[next * base.dims..(next + n) * base.dims].to_vec();
+        let t = Instant::now();
+        live.extend(ix.add_batch(&rows, 2).expect("batch"));
+        next += n;
+        let id = set("paused", &mut c);
+        eprintln!(
+            "writer: parallel batch of {n} in {:.1} s (unflushed), paused",
+            t.elapsed().as_secs_f64()
+        );
+        wait_acks(dir, a.readers, id);
+    }
+    ix.flush().expect("flush");
+    // A compaction while the readers search.
+    let id = set("idle", &mut c);
+    wait_acks(dir, a.readers, id);
+    set("compact", &mut c);
+    let t = Instant::now();
+    ix.compact(CompactOptions::default()).expect("compact");
+    eprintln!("writer: compacted in {:.1} s", t.elapsed().as_secs_f64());
+    let id = set("idle", &mut c);
+    wait_acks(dir, a.readers, id);
+    // A bulk load of N new vectors, never flushed.
+    let bulk = ((a.bulk * ix.len() as f64) as usize).min(base.len() - next);
+    write_atomic(&dir.join("bulk"), &format!("{bulk} {}", ix.len()));
     for chunk in 0..5 {
         set("bulk", &mut c);
         for _ in 0..bulk / 5 {
@@ -199,8 +247,9 @@ fn pass(r: &IndexReader, snap: &chassis::Snapshot, q: &Vectors, errors: &mut u64
     out
 }
 
-/// A concurrent pass: phase kind, phase counter, snapshot sequence, routed, results.
-type Pass = (String, u64, u64, bool, Vec<Vec<u64>>);
+/// A concurrent pass: phase kind, phase counter, (file generation, snapshot sequence), routed,
+/// results.
+type Pass = (String, u64, (u64, u64), bool, Vec<Vec<u64>>);
 
 struct Reference {
     truth: Vec<Vec<u64>>,
@@ -223,11 +272,11 @@ fn reader(a: &Args, dir: &Path, me: usize) {
     let mut wrong = 0u64;
     let mut went_back = 0u64;
     let mut searches = 0u64;
-    let mut last_seq = 0;
-    // Concurrent passes: (phase kind, phase counter, snapshot sequence, routed, results).
+    let mut last_seq = (0, 0);
     let mut concurrent: Vec<Pass> = Vec::new();
-    // Reference passes by key: flush phases by snapshot sequence, bulk by paused counter.
-    let mut idle: HashMap<u64, Reference> = HashMap::new();
+    // Reference passes by key: idle ones by (file generation, snapshot sequence), paused ones
+    // by their phase counter.
+    let mut idle: HashMap<(u64, u64), Reference> = HashMap::new();
     let mut paused: HashMap<u64, Reference> = HashMap::new();
     let mut acked = 0;
     let mut routed = true;
@@ -237,10 +286,12 @@ fn reader(a: &Args, dir: &Path, me: usize) {
             break;
         }
         let snap = r.snapshot().expect("snapshot");
-        if snap.sequence() < last_seq {
+        // Sequences are per file: a compaction's new file starts its own.
+        let at = (snap.file_generation(), snap.sequence());
+        if at < last_seq {
             went_back += 1;
         }
-        last_seq = snap.sequence();
+        last_seq = at;
         if (kind == "idle" || kind == "paused") && c > acked {
             // The reference: exact top 10 over the snapshot's live vectors, and the searches.
             r.set_routing(true);
@@ -264,7 +315,7 @@ fn reader(a: &Args, dir: &Path, me: usize) {
                 results,
             };
             if kind == "idle" {
-                idle.insert(snap.sequence(), reference);
+                idle.insert((snap.file_generation(), snap.sequence()), reference);
             } else {
                 paused.insert(c, reference);
             }
@@ -272,11 +323,12 @@ fn reader(a: &Args, dir: &Path, me: usize) {
             write_atomic(&dir.join(format!("ack-{me}")), &c.to_string());
             continue;
         }
-        if kind == "busy" || kind == "bulk" {
+        if matches!(kind.as_str(), "busy" | "batch" | "compact" | "bulk") {
             r.set_routing(routed);
             let results = pass(&r, &snap, &q, &mut errors);
             searches += results.len() as u64;
-            concurrent.push((kind, c, snap.sequence(), routed, results));
+            let key = (snap.file_generation(), snap.sequence());
+            concurrent.push((kind, c, key, routed, results));
             routed = !routed;
         } else {
             std::thread::sleep(Duration::from_millis(1));
@@ -284,11 +336,12 @@ fn reader(a: &Args, dir: &Path, me: usize) {
     }
     // Pair every concurrent query with its reference on the same snapshot.
     let mut lines = String::new();
-    for (kind, c, seq, routed, results) in &concurrent {
-        let reference = if kind == "busy" {
-            idle.get(seq)
-        } else {
-            paused.get(&(c + 1))
+    for (kind, c, key, routed, results) in &concurrent {
+        let (reference, phase) = match kind.as_str() {
+            "busy" => (idle.get(key), "flushes"),
+            "compact" => (idle.get(key), "compaction"),
+            "batch" => (paused.get(&(c + 1)), "parallel-batch"),
+            _ => (paused.get(&(c + 1)), "bulk"),
         };
         let Some(reference) = reference else { continue };
         for (e, &ef) in EFS.iter().enumerate() {
@@ -298,7 +351,6 @@ fn reader(a: &Args, dir: &Path, me: usize) {
                 wrong += got.iter().filter(|id| !reference.live.contains(id)).count() as u64;
                 let idle_recall = recall(&reference.results[at], &reference.truth[i]);
                 let conc_recall = recall(got, &reference.truth[i]);
-                let phase = if kind == "busy" { "flushes" } else { "bulk" };
                 lines.push_str(&format!(
                     "{phase} {ef} {} {}\n",
                     u8::from(*routed),
@@ -381,16 +433,29 @@ fn main() {
                 .push(p[3].parse().unwrap());
         }
     }
+    let bulk: (usize, usize) = fs::read_to_string(tmp.join("bulk"))
+        .ok()
+        .and_then(|t| {
+            let v: Vec<usize> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() == 2).then(|| (v[0], v[1]))
+        })
+        .unwrap_or((0, 0));
     println!("# readers experiment (ADR-0008 experiment 3)");
     println!();
     println!(
-        "data: {name}; base {}, {} flushes of {} adds and {} deletes, then an unflushed bulk load of {} ({}% of base) in 5 chunks; {} reader processes, {} queries x ef {:?}, k = {K}; M = 16, ef_construction = 200",
+        "data: {name}; base {}, {} flushes of {} adds and {} deletes, parallel batch adds of {} in calls of {} on 2 threads (flushed), a compaction, then an unflushed bulk load of {} onto N = {} ({}% of N) in 5 chunks; {} reader processes, {} queries x ef {:?}, k = {K}; M = 16, ef_construction = 200",
         a.base,
         a.flushes,
         a.adds,
         a.deletes,
-        (a.bulk * a.base as f64) as usize,
-        (a.bulk * 100.0) as usize,
+        a.batch,
+        a.batch_step,
+        bulk.0,
+        bulk.1,
+        100 * bulk.0 / bulk.1.max(1),
         a.readers,
         a.queries,
         EFS

@@ -14,10 +14,11 @@
 //! **What every image must satisfy.** (a) Opened with recovery it shows the last acknowledged
 //! flush or, at an fsync of a flush, the one in progress; never older and never a mix, checked
 //! id by id and vector by vector; and `check` finds nothing wrong (no list names a slot past
-//! N, which a writer trusting a clean-close marker would keep; every live vector reachable). (b) Opened read-only without recovery it shows one of the
-//! same states, and so does the lock-free `IndexReader`. (c) After one more add-and-delete flush and a clean reopen it shows exactly
-//! that state plus the flush. Every stored vector is found as its own nearest neighbor, and
-//! every id a search returns is live.
+//! N, which a writer trusting a clean-close marker would keep; every live vector reachable).
+//! (b) Opened read-only without recovery it shows one of the same states, and so does the
+//! lock-free `IndexReader`. (c) After one more add-and-delete flush and a clean reopen it
+//! shows exactly that state plus the flush. Every stored vector is found as its own nearest
+//! neighbor, and every id a search returns is live.
 //!
 //! **I/O errors.** For every N over a workload, the N-th mutating call (write, growth,
 //! allocation or sync) fails with EIO or ENOSPC, once or from then on. Every error must reach

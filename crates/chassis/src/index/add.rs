@@ -1,13 +1,14 @@
 //! Adds (ADR-0007: pending until a flush): single adds, which are batches of one, and batch
 //! adds, whose rows are checked whole, written whole, then linked on one thread (the graph a
-//! loop of single adds builds) or several (decision 5 per chunk: R is published after each).
+//! loop of single adds builds) or several (decision 5: R follows the longest complete run of
+//! linked slots; each chunk of 16,384 ends with the support re-check).
 //!
 //! Invariants: no slot is linked before every slot of its batch is fully written; `count`
 //! moves only after the whole batch is written, so a failed batch adds nothing; R never
 //! covers a node before its backlinks are written.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -378,9 +379,10 @@ impl Index {
             self.put_scratch(scratch);
             return Ok(());
         }
-        // Parallel: link the slots in chunks, publishing R after each, so readers route
-        // through a chunk only once every node in it and its backlinks are written
-        // (decision 5).
+        // Parallel: link the slots in chunks. Within a chunk R follows the longest run of
+        // slots whose inserts are complete (`Prefix`), so readers route through a node only
+        // once it and every node before it are linked with their backlinks (decision 5); each
+        // chunk ends with the support re-check, then R at its end.
         let locks = graph::NodeLocks::new(4096 * threads);
         let entry = Mutex::new(self.entry);
         let next = AtomicU64::new(0);
@@ -390,6 +392,7 @@ impl Index {
             walk: &self.walk,
         };
         let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
+        let prefix = Prefix::new(levels.len());
         for chunk_start in (0..levels.len()).step_by(PARALLEL_CHUNK) {
             let chunk_end = (chunk_start + PARALLEL_CHUNK).min(levels.len());
             next.store(chunk_start as u64, AtomicOrdering::Relaxed);
@@ -397,8 +400,9 @@ impl Index {
                 let workers: Vec<_> = scratches
                     .drain(..)
                     .map(|mut scratch| {
-                        let (view, locks, entry, next, levels) =
-                            (&view, &locks, &entry, &next, &levels);
+                        let (view, locks, entry, next, levels, prefix) =
+                            (&view, &locks, &entry, &next, &levels, &prefix);
+                        let store = &self.store;
                         let (dist, params) = (&self.dist, &self.params);
                         // Each thread owns its scratch (moved in, handed back): scratches side
                         // by side in one Vec would share cache lines that every distance
@@ -458,6 +462,7 @@ impl Index {
                                     Some(locks),
                                     &mut scratch,
                                 );
+                                prefix.finish(i, store, first);
                             }
                             scratch
                         })
@@ -503,6 +508,39 @@ impl Index {
     }
 }
 
+/// Which slots of a parallel batch are linked, and R published over the longest run of them
+/// from the batch's first slot: R never passes a slot whose insert (node and backlinks) is
+/// still in progress, and readers route through new nodes while the chunk is linked rather
+/// than only at its end (experiment 3 measured the difference: docs/READERS.md).
+struct Prefix {
+    done: Vec<AtomicBool>,
+    /// How many slots from the batch's start are linked and published.
+    published: Mutex<usize>,
+}
+
+impl Prefix {
+    fn new(n: usize) -> Prefix {
+        Prefix {
+            done: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            published: Mutex::new(0),
+        }
+    }
+
+    /// Marks batch slot `i` linked and publishes R over the complete run it may extend.
+    fn finish(&self, i: usize, store: &crate::storage::Store, first: u32) {
+        self.done[i].store(true, AtomicOrdering::Release);
+        let mut p = lock(&self.published);
+        let before = *p;
+        while *p < self.done.len() && self.done[*p].load(AtomicOrdering::Acquire) {
+            *p += 1;
+        }
+        if *p > before {
+            // Best effort between chunk ends: the chunk's last publication reports errors.
+            let _ = store.publish_routing_count(u64::from(first) + *p as u64);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::format::geometry::Geometry;
@@ -515,6 +553,50 @@ mod tests {
 
     /// Decision 5: R is published only after the new node and its backlinks are written, so a
     /// reader that routes to slot R − 1 finds it linked.
+    #[test]
+    fn a_parallel_batch_publishes_r_as_its_slots_are_linked_never_past_one_in_progress() {
+        use std::sync::{Arc, Mutex as StdMutex};
+        // Dimensions no other test uses: the hook sees every store's publications.
+        const DIMS: usize = 7;
+        let seen: Arc<StdMutex<Vec<u64>>> = Arc::default();
+        let log = Arc::clone(&seen);
+        *crate::storage::SHARED_PUBLISH_HOOK.lock().unwrap() =
+            Some(Arc::new(move |store: &Store, r: u64| {
+                if store.header().dims as usize != DIMS || r < 2 {
+                    return;
+                }
+                // Every slot below R is linked both ways: it lists a node, and a node lists it.
+                for new in [r - 1, r / 2] {
+                    let new = new as u32;
+                    let own = store.level0(new).expect("slot mapped");
+                    let linked_out = own.iter().any(|w| w.load(Ordering::Relaxed) != u32::MAX);
+                    let linked_in = (0..r as u32).any(|s| {
+                        s != new
+                            && store.level0(s).is_some_and(|ws| {
+                                ws.iter().any(|w| w.load(Ordering::Relaxed) == new)
+                            })
+                    });
+                    assert!(
+                        linked_out && linked_in,
+                        "R = {r} published before slot {new} was linked"
+                    );
+                }
+                log.lock().unwrap().push(r);
+            }));
+        let opts = Options::new(DIMS, Metric::L2Squared).m(8);
+        let mut ix = Index::in_memory(opts, 64 << 20).unwrap();
+        let rows: Vec<f32> = (0..3000 * DIMS)
+            .map(|i| ((i as f32) * 0.37).sin() + (i / DIMS) as f32 * 0.001)
+            .collect();
+        ix.add_batch(&rows, 2).unwrap();
+        *crate::storage::SHARED_PUBLISH_HOOK.lock().unwrap() = None;
+        let seen = seen.lock().unwrap().clone();
+        // One chunk (3,000 < 16,384): before, R was published once, at its end.
+        assert!(seen.len() > 100, "R published {} times", seen.len());
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "R never goes back");
+        assert_eq!(seen.last(), Some(&3000));
+    }
+
     #[test]
     fn routing_is_published_only_after_the_node_and_its_backlinks() {
         let checked = Rc::new(Cell::new(0u32));

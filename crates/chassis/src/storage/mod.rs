@@ -38,6 +38,16 @@ thread_local! {
         std::cell::RefCell::new(None);
 }
 
+/// A test observer of R's publication on any thread (parallel batches publish from their
+/// worker threads); observers filter by the store they watch.
+#[cfg(test)]
+pub(crate) type SharedPublishHook = std::sync::Arc<dyn Fn(&Store, u64) + Send + Sync>;
+
+/// Called with the store and R just before R is published, from every thread.
+#[cfg(test)]
+pub(crate) static SHARED_PUBLISH_HOOK: std::sync::Mutex<Option<SharedPublishHook>> =
+    std::sync::Mutex::new(None);
+
 /// A test observer of header writes: called with the copy and the word index just stored.
 #[cfg(test)]
 pub(crate) type HeaderHook = Box<dyn Fn(usize, usize)>;
@@ -1194,6 +1204,16 @@ impl Store {
                 hook(self, r)
             }
         });
+        #[cfg(test)]
+        {
+            let hook = SHARED_PUBLISH_HOOK
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(hook) = hook {
+                hook(self, r)
+            }
+        }
         let magic = u64::from_le_bytes(live::MAGIC);
         let head = self.meta.u64_at(format::LIVE_PAGE_OFFSET)?;
         if head.load(Ordering::Relaxed) != magic {
