@@ -586,6 +586,40 @@ pub(crate) mod tests {
         assert_eq!(Header::decode(&b, 0).unwrap(), h);
     }
 
+    /// Fields that pass the checksum are still untrusted: sums over them must neither panic
+    /// (tests run with overflow checks) nor wrap. Each of these overflowed before.
+    #[test]
+    fn huge_fields_are_corrupt_never_an_overflow() {
+        type Change = fn(&mut Header);
+        let cases: Vec<(&str, Change)> = vec![
+            ("segment log2", |h| h.geometry.segment_base_log2 = u32::MAX),
+            ("segment doublings", |h| {
+                h.geometry.segment_doublings = u32::MAX
+            }),
+            ("heap doublings", |h| {
+                h.geometry.heap_chunk_doublings = u32::MAX
+            }),
+            ("segment count", |h| h.segment_count = u64::MAX),
+            ("upper chunks", |h| h.upper_heap_chunk_count = u64::MAX),
+            ("both chunk counts", |h| {
+                h.upper_heap_chunk_count = u64::MAX / 2 + 1;
+                h.metadata_heap_chunk_count = u64::MAX / 2 + 1;
+            }),
+            ("upper next", |h| h.upper_heap_next = u64::MAX),
+            ("metadata next", |h| h.metadata_heap_next = 24),
+        ];
+        for (what, change) in cases {
+            let mut h = sample();
+            change(&mut h);
+            assert!(
+                matches!(Header::decode(&h.encode(), 0), Err(Error::Corrupt { .. })),
+                "{what}"
+            );
+        }
+        let g = sample().geometry;
+        assert_eq!(g.segment_first_slot(u64::MAX), u64::MAX);
+    }
+
     /// A metadata heap needs write version 5: a release that writes only version 4 would
     /// drop it on its next commit.
     #[test]

@@ -30,6 +30,11 @@
 //! from [`has_supporter`] (the supporter is not among x's neighbors) costs one edge that was
 //! not needed, never a lost node.
 //!
+//! The expensive steps are bounded, so that a repair of a damaged file stays near linear:
+//! displacing a neighbor is tried at the [`DISPLACE_TRIES`] nearest candidates, and the last
+//! resort looks through the first [`LAST_RESORT_SCAN`] slots; a node still without a
+//! supporter is returned as a failure for the caller to count (never seen on real data).
+//!
 //! Parallel inserts check supporters without a lock on the lists they read, so two threads
 //! can each drop x trusting the other's edge; the writer re-checks every node that a chunk
 //! inserted or dropped on such trust, on one thread, before it publishes R
@@ -40,6 +45,12 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{Distance, GraphStore, NodeLocks, Params, Scored, Scratch, EMPTY};
+
+/// Candidates [`ensure_supported`] tries to displace a neighbor from, nearest first.
+const DISPLACE_TRIES: usize = 2;
+
+/// Slots the last resort of [`ensure_supported`] looks through for a free word.
+const LAST_RESORT_SCAN: u32 = 1024;
 
 /// Whether `a` ranks below `b`, so that `a` may support `b`.
 #[inline]
@@ -240,6 +251,9 @@ pub fn ensure_supported<S: GraphStore>(
         }
     }
     outranking.sort_unstable();
+    // Bounded: each try reads up to M0 lists per neighbor it weighs, and a damaged graph
+    // (the repair of a file) can have many nodes down here.
+    outranking.truncate(DISPLACE_TRIES);
     let ok = outranking
         .iter()
         .any(|u| displace(store, dist, u.slot, x, entry, false, locks, scratch))
@@ -250,8 +264,11 @@ pub fn ensure_supported<S: GraphStore>(
         return true;
     }
     // Never seen outside tests built to provoke it (inner product, tiny M): any node of
-    // lower rank with a free word, in slot order.
-    (0..r).any(|u| u != x && outranks(store, u, x) && force_edge(store, u, x, locks))
+    // lower rank with a free word, in slot order, among the first LAST_RESORT_SCAN slots
+    // (bounded, so that a damaged graph can't make a repair quadratic; a node still without
+    // a supporter is counted by the caller and reported).
+    (0..r.min(LAST_RESORT_SCAN))
+        .any(|u| u != x && outranks(store, u, x) && force_edge(store, u, x, locks))
 }
 
 /// Puts `x` into `u`'s full layer-0 list in place of the farthest neighbor that has another
