@@ -92,6 +92,9 @@ struct Made {
     deleted: Vec<u64>,
     /// Whether opening as the writer runs recovery, and how many marks it resets.
     recovery: Option<u64>,
+    /// Whether the last writer closed the file cleanly (the clean-close marker in the live
+    /// page names the current header), so a writer opens it without a repair pass.
+    clean_close: bool,
 }
 
 fn recipes() -> Vec<Recipe> {
@@ -226,6 +229,7 @@ fn recipes() -> Vec<Recipe> {
                     note: "empty",
                     deleted: vec![],
                     recovery: None,
+                    clean_close: false,
                 }
             },
         },
@@ -235,6 +239,13 @@ fn recipes() -> Vec<Recipe> {
                     every value type, some vectors without, 12 replaced by set_metadata (new \
                     slot, old one deleted) and 5 by upsert, 10 deleted",
             make: |p| with_metadata(p, VectorLayout::SplitHalves, Metric::Cosine, 600, 16, 101),
+        },
+        Recipe {
+            name: "f4-closed-clean",
+            about: "format 4, inner product, 800 x 16, M 8, 15 deleted, closed with \
+                    Index::close: the clean-close marker (CHCLEAN and the header's sequence) \
+                    in the live page, every vector reachable",
+            make: closed_clean,
         },
         Recipe {
             name: "f3-metadata",
@@ -320,6 +331,7 @@ fn with_metadata(
         note: "all committed",
         deleted,
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -347,6 +359,7 @@ fn plain(
         note: "all committed",
         deleted: vec![],
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -367,6 +380,7 @@ fn exact_walk(p: &Path) -> Made {
         note: "all committed",
         deleted: vec![],
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -392,6 +406,7 @@ fn custom_ids(p: &Path) -> Made {
         note: "all committed",
         deleted,
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -434,6 +449,7 @@ fn deletes_pending(p: &Path) -> Made {
         note: "the state before the interrupted flush: 600 slots, 40 deleted",
         deleted: committed,
         recovery: Some(25),
+        clean_close: false,
     }
 }
 
@@ -451,6 +467,7 @@ fn unflushed_tail(p: &Path) -> Made {
         note: "the 700 committed vectors; the 150 unflushed ones are not there",
         deleted: vec![],
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -485,6 +502,7 @@ fn superseded(p: &Path) -> Made {
         note: "the 480 live vectors; the file says it was superseded",
         deleted,
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -509,6 +527,29 @@ fn small_geometry(p: &Path) -> Made {
         note: "all committed",
         deleted,
         recovery: None,
+        clean_close: false,
+    }
+}
+
+fn closed_clean(p: &Path) -> Made {
+    let data = clustered(800, 16, 71, 0.0, 1.0);
+    let mut ix = Index::create(
+        p,
+        options(VectorLayout::SplitHalves, Metric::InnerProduct, 16, 8),
+    )
+    .unwrap();
+    ix.add_batch(&flat(&data), 1).unwrap();
+    ix.flush().unwrap();
+    let deleted: Vec<u64> = (0..15).map(|i| 3 + i * 50).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.close().unwrap();
+    Made {
+        note: "all committed; closed cleanly",
+        deleted,
+        recovery: None,
+        clean_close: true,
     }
 }
 
@@ -529,6 +570,7 @@ fn small_geometry_f3(p: &Path) -> Made {
         note: "all committed",
         deleted,
         recovery: None,
+        clean_close: false,
     }
 }
 
@@ -565,6 +607,11 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
     if let Some(reset) = made.recovery {
         assert_eq!(ix.open_report().marks_reset, reset, "{name}: marks reset");
     }
+    assert_eq!(
+        ix.open_report().clean,
+        made.clean_close,
+        "{name}: clean-close marker"
+    );
     let info = ix.info().unwrap();
     let ids = ix.ids().unwrap();
     assert_eq!(ids, reader.ids_in(&snap).unwrap(), "{name}: reader ids");
@@ -714,6 +761,7 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
         "committed_count": h.committed_count,
         "pending_delete_epoch": h.pending_delete_epoch,
         "recovery": made.recovery.map(|r| json!({ "marks_reset": r })),
+        "clean_close": made.clean_close,
         "count": ids.len(),
         "ids": ids,
         "deleted_ids": made.deleted,
