@@ -214,6 +214,18 @@ fn out<T>(p: *mut T, what: &'static str) -> Result<*mut T, Fail> {
     }
 }
 
+/// Gives the caller a writer handle through `out_index`.
+///
+/// # Safety
+/// `out_index` is non-null (checked by [`out`]) and writable.
+unsafe fn hand_out(ix: Index, out_index: *mut *mut chassis_index) {
+    let h = Box::into_raw(Box::new(chassis_index {
+        inner: RwLock::new(ix),
+    }));
+    // SAFETY: non-null and writable per this function's contract.
+    unsafe { *out_index = h };
+}
+
 fn metric_code(m: Metric) -> chassis_metric {
     match m {
         Metric::L2Squared => chassis_metric::L2,
@@ -346,11 +358,8 @@ pub unsafe extern "C" fn chassis_create_format(
             opts = opts.ef_construction(ef_construction);
         }
         let ix = Index::create(path, opts)?;
-        let h = Box::into_raw(Box::new(chassis_index {
-            inner: RwLock::new(ix),
-        }));
-        // SAFETY: `out_index` is non-null and writable per the contract.
-        unsafe { *out_index = h };
+        // SAFETY: `out_index` came through `out` (non-null) and is writable per the contract.
+        unsafe { hand_out(ix, out_index) };
         Ok(())
     })
 }
@@ -380,11 +389,8 @@ pub unsafe extern "C" fn chassis_migrate_hnswlib(
         let dst = unsafe { text_arg(dst, "dst") }?;
         let out_index = out(out_index, "out_index")?;
         let ix = Index::migrate_hnswlib(src, dst, metric_of(metric))?;
-        let h = Box::into_raw(Box::new(chassis_index {
-            inner: RwLock::new(ix),
-        }));
-        // SAFETY: non-null and writable per the contract.
-        unsafe { *out_index = h };
+        // SAFETY: `out_index` came through `out` (non-null) and is writable per the contract.
+        unsafe { hand_out(ix, out_index) };
         Ok(())
     })
 }
@@ -406,11 +412,8 @@ pub unsafe extern "C" fn chassis_open(
         let path = unsafe { path_arg(path) }?;
         let out_index = out(out_index, "out_index")?;
         let ix = Index::open(path)?;
-        let h = Box::into_raw(Box::new(chassis_index {
-            inner: RwLock::new(ix),
-        }));
-        // SAFETY: non-null and writable per the contract.
-        unsafe { *out_index = h };
+        // SAFETY: `out_index` came through `out` (non-null) and is writable per the contract.
+        unsafe { hand_out(ix, out_index) };
         Ok(())
     })
 }

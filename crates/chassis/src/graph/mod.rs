@@ -725,6 +725,27 @@ pub fn rewrite_preserving(words: &[AtomicU32], keep: &[u32]) {
     }
 }
 
+/// Appends each of `slots` with its walking distance to `q` (a slot without a vector is
+/// skipped), counting the distances.
+pub(crate) fn score_into<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
+    slots: impl IntoIterator<Item = u32>,
+    out: &mut Vec<Scored>,
+    scratch: &mut Scratch,
+) {
+    for slot in slots {
+        if let Some(v) = store.vector(slot) {
+            scratch.distance_count += 1;
+            out.push(Scored {
+                distance: dist.walk(q, v),
+                slot,
+            });
+        }
+    }
+}
+
 /// Adds the edge `from → to` on `layer`, pruning `from`'s list with the heuristic when full.
 /// With `locks`, the whole read-modify-write of the list happens under `from`'s lock.
 ///
@@ -769,20 +790,12 @@ fn link<S: GraphStore>(
         distance: to_distance,
         slot: to,
     });
-    for w in words {
-        let n = w.load(Ordering::Relaxed);
-        // A word at or past the routing count is a stale hint: drop it.
-        if n >= r || n == from {
-            continue;
-        }
-        if let Some(v) = store.vector(n) {
-            scratch.distance_count += 1;
-            cands.push(Scored {
-                distance: dist.walk(&fv, v),
-                slot: n,
-            });
-        }
-    }
+    // A word at or past the routing count is a stale hint: drop it.
+    let old = words
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed))
+        .filter(|&n| n < r && n != from);
+    score_into(store, dist, &fv, old, &mut cands, scratch);
     cands.sort_unstable();
     let kept = select_neighbors(store, dist, &cands, params.capacity(layer), scratch);
     let mut keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();

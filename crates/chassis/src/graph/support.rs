@@ -149,23 +149,18 @@ pub fn ensure_supported<S: GraphStore>(
     let mut tried: Vec<u32> = Vec::new();
     // Tries the candidates of one tier, nearest first; true once one took `x`.
     let mut tier = |slots: &mut dyn Iterator<Item = u32>, scratch: &mut Scratch| -> bool {
-        let mut scored: Vec<Scored> = Vec::new();
+        let mut fresh: Vec<u32> = Vec::new();
         for y in slots {
             if y == EMPTY || y >= r || y == x || tried.contains(&y) {
                 continue;
             }
             tried.push(y);
-            if !outranks(store, y, x) || !has_room(store, y) {
-                continue;
-            }
-            if let Some(v) = store.vector(y) {
-                scratch.distance_count += 1;
-                scored.push(Scored {
-                    distance: dist.walk(&xv, v),
-                    slot: y,
-                });
+            if outranks(store, y, x) && has_room(store, y) {
+                fresh.push(y);
             }
         }
+        let mut scored = Vec::with_capacity(fresh.len());
+        super::score_into(store, dist, &xv, fresh, &mut scored, scratch);
         scored.sort_unstable();
         scored.iter().any(|s| force_edge(store, s.slot, x, locks))
     };
@@ -228,8 +223,7 @@ pub fn ensure_supported<S: GraphStore>(
     }
     // Every candidate's list is full (a node of a high layer, whose supporters are few):
     // displace, nearest candidate first, a neighbor that has another supporter.
-    let mut outranking: Vec<Scored> = Vec::new();
-    let upper: Vec<u32> = (1..=level).flat_map(|l| words(x, l)).collect();
+    let mut candidates: Vec<u32> = Vec::new();
     for y in found
         .iter()
         .map(|s| s.slot)
@@ -237,19 +231,12 @@ pub fn ensure_supported<S: GraphStore>(
         .chain(own)
         .chain(std::iter::once(entry))
     {
-        if y == EMPTY || y >= r || y == x || outranking.iter().any(|s| s.slot == y) {
-            continue;
-        }
-        if outranks(store, y, x) {
-            if let Some(v) = store.vector(y) {
-                scratch.distance_count += 1;
-                outranking.push(Scored {
-                    distance: dist.walk(&xv, v),
-                    slot: y,
-                });
-            }
+        if y != EMPTY && y < r && y != x && !candidates.contains(&y) && outranks(store, y, x) {
+            candidates.push(y);
         }
     }
+    let mut outranking = Vec::with_capacity(candidates.len());
+    super::score_into(store, dist, &xv, candidates, &mut outranking, scratch);
     outranking.sort_unstable();
     // Bounded: each try reads up to M0 lists per neighbor it weighs, and a damaged graph
     // (the repair of a file) can have many nodes down here.
