@@ -1,12 +1,12 @@
-"""Vectors no search can reach, in hnswlib's and FAISS's graphs (hardening issue, item 1).
+"""Vectors no search can reach, in Chassis's, hnswlib's and FAISS's graphs (hardening issue,
+item 1), side by side in one run.
 
-Builds each peer on pypi-minilm (or its first --n vectors) with the harness's parameters
-(M = 16, ef_construction = 200) on one thread and on two, reads the graph each one saved, and
-counts the vectors that no layer-0 path from the entry point reaches: every search ends on
-layer 0, so such a vector is never returned, whatever the query and ef. This is the count
-`chassis check` reports for a Chassis file; Chassis's own builds are counted by
-`cargo run --release --manifest-path bench/Cargo.toml --bin reachability` (same data and
-parameters).
+Builds each system on pypi-minilm (or its first --n vectors) with the harness's parameters
+(M = 16, ef_construction = 200) on one thread and on two, and counts the vectors that no
+layer-0 path from the entry point reaches: every search ends on layer 0, so such a vector is
+never returned, whatever the query and ef. Chassis's count is what `chassis check --json`
+reports for the file it flushed (the Python package and the CLI must be this code's:
+`bench/ann/run` installs the package; `cargo build --release -p chassis-cli`).
 
     bench/.venv/bin/python bench/ann/unreachable.py [--n 100000] [--threads 1,2]
 
@@ -15,7 +15,9 @@ ids per element); FAISS's from `index.hnsw.neighbors` and `offsets`.
 """
 
 import argparse
+import json
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +67,26 @@ def build_hnswlib(base, threads, path):
     return hnswlib_graph(path)
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_chassis(base, threads, path):
+    import chassis
+
+    ix = chassis.Index.create(path, dims=base.shape[1], metric="cosine", M=M,
+                              ef_construction=EF_CONSTRUCTION)
+    ix.add(base, threads=threads)
+    ix.flush()
+    ix.close()
+
+
+def chassis_unreachable(path):
+    cli = ROOT / "target" / "release" / "chassis"
+    out = subprocess.run([str(cli), "check", "--json", str(path)], capture_output=True,
+                         text=True)
+    return json.loads(out.stdout)["unreachable"]
+
+
 def build_faiss(base, threads):
     import faiss
 
@@ -93,17 +115,24 @@ def main():
     a = ap.parse_args()
     base, _, _, metric = load("pypi-minilm", limit=a.n)
     assert metric == "cosine"
+    import chassis
     import faiss
     import hnswlib  # noqa: F401
     import importlib.metadata as md
 
     print(
         f"unreachable: {len(base)} x {base.shape[1]} cosine, M {M}, ef_construction "
-        f"{EF_CONSTRUCTION}; hnswlib {md.version('hnswlib')}, faiss {faiss.__version__}"
+        f"{EF_CONSTRUCTION}; chassis {chassis.__version__}, hnswlib {md.version('hnswlib')}, "
+        f"faiss {faiss.__version__}"
     )
     print("system | threads | build s | unreachable")
     with tempfile.TemporaryDirectory() as tmp:
         for threads in [int(t) for t in a.threads.split(",")]:
+            path = Path(tmp) / f"c{threads}.chassis"
+            t = time.perf_counter()
+            build_chassis(base, threads, path)
+            built = time.perf_counter() - t
+            print(f"chassis | {threads} | {built:.1f} | {chassis_unreachable(path)}", flush=True)
             t = time.perf_counter()
             n, entry, of = build_hnswlib(base, threads, Path(tmp) / "h.bin")
             built = time.perf_counter() - t
