@@ -11,7 +11,7 @@ fn bench(c: &mut Criterion) {
     let path = dir.join("s.chassis");
     let _ = std::fs::remove_file(&path);
     let data = synthetic(20_000, 128, 3);
-    let mut w = Index::create(&path, Options::new(128, Metric::Cosine)).unwrap();
+    let w = Index::create(&path, Options::new(128, Metric::Cosine)).unwrap();
     for i in 0..data.len() {
         w.add(data.row(i)).unwrap();
     }

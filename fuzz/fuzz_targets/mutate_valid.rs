@@ -20,7 +20,7 @@ fn valid() -> &'static Vec<u8> {
             .m(4)
             .ef_construction(16)
             .geometry(Geometry::small_for_tests(4, 16));
-        let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts).unwrap();
+        let ix = Index::create_in(Arc::new(mem.reopen(true)), opts).unwrap();
         for i in 0..70u32 {
             let x = i as f32;
             ix.add(&[x.sin(), x.cos(), x * 0.1, 1.0]).unwrap();
@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mem) = MemStorage::from_image(&img, CAP) else {
         return;
     };
-    if let Ok(mut ix) = Index::open_in(Arc::new(mem.reopen(true))) {
+    if let Ok(ix) = Index::open_in(Arc::new(mem.reopen(true))) {
         let _ = ix.search(&[0.5, 0.5, 0.5, 1.0], 5, 32);
         let _ = ix.check(5);
         if ix.add(&[1.0, 2.0, 3.0, 4.0]).is_ok() {

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mem) = MemStorage::from_image(data, CAP) else {
         return;
     };
-    if let Ok(mut ix) = Index::open_in(Arc::new(mem.reopen(true))) {
+    if let Ok(ix) = Index::open_in(Arc::new(mem.reopen(true))) {
         let q = vec![0.5f32; ix.dims().min(4096)];
         let _ = ix.search(&q, 3, 16);
         let _ = ix.search_filtered(&q, 3, 16, &Filter::gte("year", 2000));

@@ -56,7 +56,7 @@ fn index_build(n: usize) {
     let path = dir.join(format!("build-{n}.chassis"));
     if !path.exists() {
         let t = Instant::now();
-        let mut ix = Index::create(
+        let ix = Index::create(
             &path,
             Options::new(4, Metric::L2Squared).m(4).ef_construction(8),
         )
@@ -171,7 +171,7 @@ fn main() {
     if !path.exists() || !flag("--reuse") {
         let _ = std::fs::remove_file(&path);
         let t = Instant::now();
-        let mut ix = Index::create(&path, Options::new(base.dims, Metric::Cosine)).expect("create");
+        let ix = Index::create(&path, Options::new(base.dims, Metric::Cosine)).expect("create");
         ix.add_batch_with_metadata(None, &base.data, &attrs, 0)
             .expect("add");
         ix.flush().expect("flush");

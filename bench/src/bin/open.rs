@@ -42,7 +42,7 @@ fn main() {
     let path = PathBuf::from(arg("--path").unwrap_or("/tmp/chassis-open-bench.chassis".into()));
     if std::env::args().any(|a| a == "--stop-without-closing") {
         // The child: a writer that adds without flushing, then its process ends.
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         ix.add(&vec![0.5; ix.dims()]).unwrap();
         std::process::exit(0);
     }
@@ -55,7 +55,7 @@ fn main() {
         let opts = Options::new(dims, Metric::L2Squared)
             .m(16)
             .ef_construction(32);
-        let mut ix = Index::create(&path, opts).unwrap();
+        let ix = Index::create(&path, opts).unwrap();
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             state ^= state << 13;

@@ -112,7 +112,7 @@ fn main() {
                 .m(16)
                 .ef_construction(200)
                 .seed(42);
-            let mut ix = Index::in_memory(opts, 4 << 30).unwrap();
+            let ix = Index::in_memory(opts, 4 << 30).unwrap();
             let start = Instant::now();
             let cpu0 = cpu_s();
             ix.add_batch(&flat, t).unwrap();

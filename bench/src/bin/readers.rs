@@ -143,7 +143,7 @@ fn wait_acks(dir: &Path, readers: usize, c: u64) {
 
 fn writer(a: &Args, dir: &Path) {
     let (base, _, _) = dataset(a);
-    let mut ix = Index::open(dir.join("ix.chassis")).expect("open writer");
+    let ix = Index::open(dir.join("ix.chassis")).expect("open writer");
     let mut c = 0u64;
     let set = |kind: &str, c: &mut u64| {
         *c += 1;

@@ -170,7 +170,7 @@ fn main() -> chassis::Result<()> {
         );
         std::fs::create_dir_all(path.parent().expect("a parent"))?;
         let base = read_fvecs(&data.join("pypi-minilm_base.fvecs"))?;
-        let mut ix = Index::create(&path, Options::new(base.dims, Metric::Cosine))?;
+        let ix = Index::create(&path, Options::new(base.dims, Metric::Cosine))?;
         for i in 0..base.len() {
             ix.add(base.row(i))?;
         }

@@ -174,7 +174,8 @@ enum chassis_status chassis_open_reader(const char *path, struct chassis_reader 
 // Adds a vector of `dims` floats; the index assigns its id (written to `out_id` if not null).
 // Durable at the next `chassis_flush`.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle; `vector` points to `dims` floats; `out_id` is null or writable.
@@ -190,7 +191,8 @@ enum chassis_status chassis_add(struct chassis_index *index,
 // every slot written before anything is added: a bad row, a live or repeated id, or a full
 // disk adds nothing. Durable at the next `chassis_flush`.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle; `vectors` points to `count * dims` floats; `ids` is null or
@@ -205,7 +207,8 @@ enum chassis_status chassis_add_batch(struct chassis_index *index,
 
 // Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle; `vector` points to `dims` floats.
@@ -216,7 +219,8 @@ enum chassis_status chassis_add_with_id(struct chassis_index *index,
 
 // Deletes `id` (`CHASSIS_STATUS_NOT_FOUND` if it is not live). Durable at the next flush.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle.
@@ -224,7 +228,8 @@ enum chassis_status chassis_delete(struct chassis_index *index, uint64_t id);
 
 // Makes every add and delete since the last flush durable, all together.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle.
@@ -234,7 +239,8 @@ enum chassis_status chassis_flush(struct chassis_index *index);
 // `ef_construction` of 0 keep the current values. The rebuilt graph is linked on one thread
 // per CPU. Readers move to the new file by themselves.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle.
@@ -245,8 +251,9 @@ enum chassis_status chassis_compact(struct chassis_index *index, size_t m, size_
 // distances (`distances` may be null) and the count written to `found`: fewer than `k` only
 // when the index holds fewer live vectors.
 //
-// Thread safety: runs concurrently with other searches and lengths on the same index; waits
-// for a write in progress.
+// Thread safety: any thread, concurrently with every other call on the same index but close;
+// never waits for a write (it sees the writer's last finished write, or the rows of a batch
+// in progress as they are linked).
 //
 // # Safety
 // `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
@@ -281,7 +288,8 @@ enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
 // id is written to `out_id` if not null. Malformed metadata is `CHASSIS_STATUS_INVALID_ARGUMENT`
 // and adds nothing. Durable at the next `chassis_flush`.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle; `id` is null or readable; `vector` points to `dims` floats;
@@ -296,7 +304,8 @@ enum chassis_status chassis_add_with_metadata(struct chassis_index *index,
 // Replaces the metadata of a live `id` (a JSON object, as for `chassis_add_with_metadata`),
 // keeping its vector. Durable at the next flush.
 //
-// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
 //
 // # Safety
 // `index` is a live handle; `metadata_json` is a NUL-terminated string.
@@ -309,7 +318,7 @@ enum chassis_status chassis_set_metadata(struct chassis_index *index,
 // fit, returns `CHASSIS_STATUS_BUFFER_TOO_SMALL` with `out_len` set: call again with a buffer
 // of `out_len + 1` bytes. `CHASSIS_STATUS_NOT_FOUND` if `id` is not live.
 //
-// Thread safety: runs concurrently with searches on the same index; waits for a write.
+// Thread safety: as `chassis_search`.
 //
 // # Safety
 // `index` is a live handle; `buf` is null or writable for `buf_len` bytes; `out_len` is
@@ -369,8 +378,9 @@ enum chassis_status chassis_reader_search_filtered(const struct chassis_reader *
 
 // Live vectors the writer sees (its unflushed work included).
 //
-// Thread safety: runs concurrently with other searches and lengths on the same index; waits
-// for a write in progress.
+// Thread safety: any thread, concurrently with every other call on the same index but close;
+// never waits for a write (it sees the writer's last finished write, or the rows of a batch
+// in progress as they are linked).
 //
 // # Safety
 // `index` is a live handle; `out_len` is writable.
@@ -388,8 +398,7 @@ enum chassis_status chassis_reader_len(const struct chassis_reader *reader, uint
 // `out_vector`. `CHASSIS_STATUS_NOT_FOUND` when no live vector has that id;
 // `CHASSIS_STATUS_DIMENSION_MISMATCH` when `dims` is not the index's.
 //
-// Thread safety: runs concurrently with searches on the same index; waits for a write in
-// progress.
+// Thread safety: as `chassis_search`.
 //
 // # Safety
 // `index` is a live handle; `out_vector` is writable for `dims` floats.

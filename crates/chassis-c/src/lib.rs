@@ -6,9 +6,9 @@
 //! error on the calling thread. Handles are opaque. No Rust panic crosses the boundary: one is
 //! caught and reported as `CHASSIS_STATUS_PANIC`.
 //!
-//! Thread safety: a `chassis_index` (the writer) may be shared by threads; searches run
-//! concurrently, writes (add, delete, flush, compact) take an internal lock and run one at a
-//! time. A `chassis_reader` is fully thread-safe and lock-free with respect to the writer; open
+//! Thread safety: a `chassis_index` (the writer) may be shared by threads; writes (add,
+//! delete, flush, compact) run one at a time (a second waits for the first), and searches,
+//! gets, lengths and infos run on any number of threads beside them without waiting for one. A `chassis_reader` is fully thread-safe and lock-free with respect to the writer; open
 //! one per process (or share it), also in processes forked from the writer's. Closing a handle
 //! while another thread uses it is undefined behaviour, as with `free`.
 
@@ -18,7 +18,6 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::RwLock;
 
 use chassis::format::metadata;
 use chassis::{
@@ -79,7 +78,8 @@ pub enum chassis_metric {
 
 /// The writer of one index file (opaque).
 pub struct chassis_index {
-    inner: RwLock<Index>,
+    /// `Index` is `Send + Sync` and serialises its own writes; searches never wait for them.
+    inner: Index,
 }
 
 /// A lock-free reader of one index file (opaque).
@@ -219,9 +219,7 @@ fn out<T>(p: *mut T, what: &'static str) -> Result<*mut T, Fail> {
 /// # Safety
 /// `out_index` is non-null (checked by [`out`]) and writable.
 unsafe fn hand_out(ix: Index, out_index: *mut *mut chassis_index) {
-    let h = Box::into_raw(Box::new(chassis_index {
-        inner: RwLock::new(ix),
-    }));
+    let h = Box::into_raw(Box::new(chassis_index { inner: ix }));
     // SAFETY: non-null and writable per this function's contract.
     unsafe { *out_index = h };
 }
@@ -278,12 +276,12 @@ fn metric_of(m: chassis_metric) -> Metric {
     }
 }
 
-fn read(ix: &chassis_index) -> std::sync::RwLockReadGuard<'_, Index> {
-    ix.inner.read().unwrap_or_else(|p| p.into_inner())
+fn read(ix: &chassis_index) -> &Index {
+    &ix.inner
 }
 
-fn write(ix: &chassis_index) -> std::sync::RwLockWriteGuard<'_, Index> {
-    ix.inner.write().unwrap_or_else(|p| p.into_inner())
+fn write(ix: &chassis_index) -> &Index {
+    &ix.inner
 }
 
 /// The library version, e.g. "0.1.0" (static; never free it).
@@ -445,7 +443,8 @@ pub unsafe extern "C" fn chassis_open_reader(
 /// Adds a vector of `dims` floats; the index assigns its id (written to `out_id` if not null).
 /// Durable at the next `chassis_flush`.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle; `vector` points to `dims` floats; `out_id` is null or writable.
@@ -477,7 +476,8 @@ pub unsafe extern "C" fn chassis_add(
 /// every slot written before anything is added: a bad row, a live or repeated id, or a full
 /// disk adds nothing. Durable at the next `chassis_flush`.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle; `vectors` points to `count * dims` floats; `ids` is null or
@@ -500,7 +500,7 @@ pub unsafe extern "C" fn chassis_add_batch(
             .ok_or_else(|| Error::InvalidArgument("count * dims overflows".into()))?;
         // SAFETY: `count * dims` readable floats per the contract.
         let v = unsafe { floats(vectors, n) }?;
-        let mut w = write(ix);
+        let w = write(ix);
         if dims != w.dims() {
             return Err(Error::DimensionMismatch {
                 expected: w.dims(),
@@ -527,7 +527,8 @@ pub unsafe extern "C" fn chassis_add_batch(
 
 /// Adds a vector under a caller-chosen id (`CHASSIS_STATUS_DUPLICATE_ID` if it is live).
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle; `vector` points to `dims` floats.
@@ -550,7 +551,8 @@ pub unsafe extern "C" fn chassis_add_with_id(
 
 /// Deletes `id` (`CHASSIS_STATUS_NOT_FOUND` if it is not live). Durable at the next flush.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle.
@@ -566,7 +568,8 @@ pub unsafe extern "C" fn chassis_delete(index: *mut chassis_index, id: u64) -> c
 
 /// Makes every add and delete since the last flush durable, all together.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle.
@@ -584,7 +587,8 @@ pub unsafe extern "C" fn chassis_flush(index: *mut chassis_index) -> chassis_sta
 /// `ef_construction` of 0 keep the current values. The rebuilt graph is linked on one thread
 /// per CPU. Readers move to the new file by themselves.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle.
@@ -635,8 +639,9 @@ fn write_hits(
 /// distances (`distances` may be null) and the count written to `found`: fewer than `k` only
 /// when the index holds fewer live vectors.
 ///
-/// Thread safety: runs concurrently with other searches and lengths on the same index; waits
-/// for a write in progress.
+/// Thread safety: any thread, concurrently with every other call on the same index but close;
+/// never waits for a write (it sees the writer's last finished write, or the rows of a batch
+/// in progress as they are linked).
 ///
 /// # Safety
 /// `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
@@ -695,7 +700,8 @@ pub unsafe extern "C" fn chassis_reader_search(
 /// id is written to `out_id` if not null. Malformed metadata is `CHASSIS_STATUS_INVALID_ARGUMENT`
 /// and adds nothing. Durable at the next `chassis_flush`.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle; `id` is null or readable; `vector` points to `dims` floats;
@@ -720,7 +726,7 @@ pub unsafe extern "C" fn chassis_add_with_metadata(
             // SAFETY: NUL-terminated per the contract.
             metadata::parse_json(unsafe { text_arg(metadata_json, "metadata_json") }?)?
         };
-        let mut w = write(ix);
+        let w = write(ix);
         // SAFETY: null or readable per the contract.
         let added = match unsafe { id.as_ref() } {
             Some(&id) => {
@@ -740,7 +746,8 @@ pub unsafe extern "C" fn chassis_add_with_metadata(
 /// Replaces the metadata of a live `id` (a JSON object, as for `chassis_add_with_metadata`),
 /// keeping its vector. Durable at the next flush.
 ///
-/// Thread safety: takes the index's write lock; other calls on the same index wait for it.
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
 ///
 /// # Safety
 /// `index` is a live handle; `metadata_json` is a NUL-terminated string.
@@ -765,7 +772,7 @@ pub unsafe extern "C" fn chassis_set_metadata(
 /// fit, returns `CHASSIS_STATUS_BUFFER_TOO_SMALL` with `out_len` set: call again with a buffer
 /// of `out_len + 1` bytes. `CHASSIS_STATUS_NOT_FOUND` if `id` is not live.
 ///
-/// Thread safety: runs concurrently with searches on the same index; waits for a write.
+/// Thread safety: as `chassis_search`.
 ///
 /// # Safety
 /// `index` is a live handle; `buf` is null or writable for `buf_len` bytes; `out_len` is
@@ -873,8 +880,9 @@ pub unsafe extern "C" fn chassis_reader_search_filtered(
 
 /// Live vectors the writer sees (its unflushed work included).
 ///
-/// Thread safety: runs concurrently with other searches and lengths on the same index; waits
-/// for a write in progress.
+/// Thread safety: any thread, concurrently with every other call on the same index but close;
+/// never waits for a write (it sees the writer's last finished write, or the rows of a batch
+/// in progress as they are linked).
 ///
 /// # Safety
 /// `index` is a live handle; `out_len` is writable.
@@ -948,8 +956,7 @@ pub struct chassis_index_info {
 /// `out_vector`. `CHASSIS_STATUS_NOT_FOUND` when no live vector has that id;
 /// `CHASSIS_STATUS_DIMENSION_MISMATCH` when `dims` is not the index's.
 ///
-/// Thread safety: runs concurrently with searches on the same index; waits for a write in
-/// progress.
+/// Thread safety: as `chassis_search`.
 ///
 /// # Safety
 /// `index` is a live handle; `out_vector` is writable for `dims` floats.

@@ -38,7 +38,7 @@ pub struct ImportArgs {
 }
 
 pub fn import(a: ImportArgs) -> Result<()> {
-    let mut index =
+    let index =
         Index::open(&a.path).with_context(|| format!("cannot open {}", a.path.display()))?;
     let data::Rows {
         matrix: m,
@@ -247,7 +247,7 @@ pub fn delete(path: &Path, mut ids: Vec<u64>, file: Option<&Path>, no_flush: boo
     if ids.is_empty() {
         bail!("no ids to delete (give them as arguments or with --ids-file)");
     }
-    let mut index = Index::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let index = Index::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     for &id in &ids {
         index
             .delete(id)

@@ -82,7 +82,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let (base, queries) = all.split_at(a.n);
 
     let t = Instant::now();
-    let mut index = Index::create(&path, Options::new(a.dims, Metric::L2Squared))?;
+    let index = Index::create(&path, Options::new(a.dims, Metric::L2Squared))?;
     let bar = crate::progress(a.n as u64, "building");
     for v in base {
         index.add(v)?;

@@ -412,7 +412,7 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             format,
         } => {
-            let mut index =
+            let index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
             let bar = progress(index.len() as u64, "compacting");
             let t = Instant::now();

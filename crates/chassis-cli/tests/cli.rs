@@ -261,7 +261,7 @@ fn search_and_info_read_only_while_a_writer_holds_the_file() {
     let path = dir.path().join("w.chassis");
     let p = path.to_str().unwrap();
     let rows = data(60, 8);
-    let mut w = chassis::Index::create(&path, chassis::Options::new(8, chassis::Metric::L2Squared))
+    let w = chassis::Index::create(&path, chassis::Options::new(8, chassis::Metric::L2Squared))
         .unwrap();
     for v in &rows[..50] {
         w.add(v).unwrap();
@@ -321,7 +321,7 @@ fn compact_and_migrate() {
     let path = dir.path().join("c.chassis");
     let p = path.to_str().unwrap();
     let rows = data(300, 8);
-    let mut w = chassis::Index::create(
+    let w = chassis::Index::create(
         &path,
         chassis::Options::new(8, chassis::Metric::L2Squared).m(8),
     )
@@ -718,11 +718,14 @@ fn check_reports_a_corrupted_index_and_bench_measures() {
     // Corrupt slot 5's first level-0 neighbor word on disk.
     let (segs, g, m) = {
         let ix = chassis::Index::open_read_only(p("c.chassis")).unwrap();
-        (
-            ix.store().region_offsets().0,
-            ix.store().geometry(),
+        let store = ix.store();
+        let found = (
+            store.region_offsets().0,
+            store.geometry(),
             ix.info().unwrap().m as u32,
-        )
+        );
+        drop(store);
+        found
     };
     let layout = SegmentLayout::new(g.segment_slots(0), 8, m);
     let at = segs[0]

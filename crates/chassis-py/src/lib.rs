@@ -7,7 +7,7 @@
 //! Python thread can search while another adds.
 
 use std::path::PathBuf;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
@@ -139,7 +139,11 @@ type Hits<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
 /// The native index; use `chassis.Index`.
 #[pyclass(module = "chassis._chassis")]
 struct RawIndex {
-    inner: RwLock<Option<Inner>>,
+    /// The open index; each call clones the `Arc` under the lock and lets go at once, so a
+    /// search never waits for a write (nor a write for a search): `chassis::Index` runs
+    /// searches beside writes itself. `close` takes it out; calls already running finish on
+    /// their clone, and the last one to finish closes the file.
+    inner: RwLock<Option<Arc<Inner>>>,
     path: PathBuf,
 }
 
@@ -148,14 +152,19 @@ fn closed() -> PyErr {
 }
 
 impl RawIndex {
-    fn read(&self) -> RwLockReadGuard<'_, Option<Inner>> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    /// The open index (a clone of the `Arc`; the lock is held only to clone it).
+    fn read(&self) -> Option<Arc<Inner>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Arc::clone)
     }
-    fn write(&self) -> RwLockWriteGuard<'_, Option<Inner>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Option<Arc<Inner>>> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
-    fn with_writer<T>(&self, f: impl FnOnce(&mut Index) -> Result<T, Error>) -> PyResult<T> {
-        match self.write().as_mut() {
+    fn with_writer<T>(&self, f: impl FnOnce(&Index) -> Result<T, Error>) -> PyResult<T> {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => f(ix).map_err(to_py),
             Some(Inner::Reader(_)) => Err(ReadOnlyError::new_err(
                 "opened with read_only=True; open without it to write (one writer at a time)",
@@ -229,7 +238,7 @@ impl RawIndex {
             .allow_threads(|| Index::create(&p, opts))
             .map_err(to_py)?;
         Ok(RawIndex {
-            inner: RwLock::new(Some(Inner::Writer(Box::new(ix)))),
+            inner: RwLock::new(Some(Arc::new(Inner::Writer(Box::new(ix))))),
             path,
         })
     }
@@ -247,7 +256,7 @@ impl RawIndex {
             .allow_threads(|| Index::migrate_hnswlib(&src, &d, metric))
             .map_err(to_py)?;
         Ok(RawIndex {
-            inner: RwLock::new(Some(Inner::Writer(Box::new(ix)))),
+            inner: RwLock::new(Some(Arc::new(Inner::Writer(Box::new(ix))))),
             path: dst,
         })
     }
@@ -265,7 +274,7 @@ impl RawIndex {
             })
             .map_err(to_py)?;
         Ok(RawIndex {
-            inner: RwLock::new(Some(inner)),
+            inner: RwLock::new(Some(Arc::new(inner))),
             path,
         })
     }
@@ -353,7 +362,7 @@ impl RawIndex {
             let g = self.read();
             ids.iter()
                 .map(|&id| {
-                    let m = match g.as_ref() {
+                    let m = match g.as_deref() {
                         Some(Inner::Writer(ix)) => ix.get_metadata(id),
                         Some(Inner::Reader(r)) => r.get_metadata(id),
                         None => return Err(closed()),
@@ -394,7 +403,7 @@ impl RawIndex {
             let g = self.read();
             let mut flat = Vec::with_capacity(ids.len() * dims);
             for &id in &ids {
-                let v = match g.as_ref() {
+                let v = match g.as_deref() {
                     Some(Inner::Writer(ix)) => ix.get(id),
                     Some(Inner::Reader(r)) => r.get(id),
                     None => return Err(closed()),
@@ -408,7 +417,7 @@ impl RawIndex {
     }
 
     fn contains(&self, id: u64) -> PyResult<bool> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => ix.contains(id).map_err(to_py),
             Some(Inner::Reader(r)) => r.contains(id).map_err(to_py),
             None => Err(closed()),
@@ -416,7 +425,7 @@ impl RawIndex {
     }
 
     fn len(&self) -> PyResult<usize> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => Ok(ix.len()),
             Some(Inner::Reader(r)) => r.len().map(|n| n as usize).map_err(to_py),
             None => Err(closed()),
@@ -424,7 +433,7 @@ impl RawIndex {
     }
 
     fn dims(&self) -> PyResult<usize> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => Ok(ix.dims()),
             Some(Inner::Reader(r)) => Ok(r.dims()),
             None => Err(closed()),
@@ -432,7 +441,7 @@ impl RawIndex {
     }
 
     fn search_distance_count(&self) -> PyResult<u64> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => Ok(ix.search_distance_count()),
             Some(Inner::Reader(r)) => Ok(r.search_distance_count()),
             None => Err(closed()),
@@ -440,7 +449,7 @@ impl RawIndex {
     }
 
     fn metric(&self) -> PyResult<String> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => Ok(ix.metric().name().to_string()),
             Some(Inner::Reader(r)) => Ok(r.metric().name().to_string()),
             None => Err(closed()),
@@ -448,7 +457,7 @@ impl RawIndex {
     }
 
     fn read_only(&self) -> PyResult<bool> {
-        match self.read().as_ref() {
+        match self.read().as_deref() {
             Some(Inner::Writer(ix)) => Ok(ix.read_only().is_some()),
             Some(Inner::Reader(_)) => Ok(true),
             None => Err(closed()),
@@ -517,7 +526,7 @@ impl RawIndex {
                 )));
             }
             let g = self.read();
-            let inner = g.as_ref().ok_or_else(closed)?;
+            let inner = g.as_deref().ok_or_else(closed)?;
             let filter_of = |r: usize| -> Option<&Filter> {
                 match filters.len() {
                     0 => None,
@@ -596,7 +605,7 @@ impl RawIndex {
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let g = self.read();
-        match g.as_ref() {
+        match g.as_deref() {
             Some(Inner::Writer(ix)) => {
                 let i = ix.info().map_err(to_py)?;
                 d.set_item("path", self.path.clone())?;

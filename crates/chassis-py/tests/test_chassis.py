@@ -247,6 +247,51 @@ def test_distance_computations_count_graph_work(tmp_path):
     assert r.distance_computations == wide
 
 
+def test_searches_make_progress_during_one_long_add(tmp_path):
+    # Searches never wait for a write: while one add() of 20,000 rows runs in another thread
+    # (the GIL released on both sides), searches from two threads keep completing, and each
+    # sees the first rows exactly and only ids that exist.
+    data = clustered(21000, 32, seed=11)
+    ix = chassis.Index.create(tmp_path / "t.chassis", dims=32, metric="l2")
+    ix.add(data[:1000])
+    adding = threading.Event()
+    finished = threading.Event()
+    during = [0, 0]
+    errors = []
+
+    def searcher(i):
+        while not finished.is_set():
+            try:
+                found, _ = ix.search(data[:20], k=1, threads=1)
+                if list(found[:, 0]) != list(range(20)) or found.max() >= 21000:
+                    errors.append(found[:, 0])
+                n = len(ix)
+                if not 1000 <= n <= 21000:
+                    errors.append(n)
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+            if adding.is_set() and not finished.is_set():
+                during[i] += 1
+
+    def writer():
+        adding.set()
+        ix.add(data[1000:], threads=1)
+        finished.set()
+
+    threads = [threading.Thread(target=searcher, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    w = threading.Thread(target=writer)
+    w.start()
+    w.join()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert len(ix) == 21000
+    # Before searches ran beside writes, every search waited for the whole add: 0 or 1 each.
+    assert min(during) >= 20, during
+
+
 def test_batch_add_threads_and_all_or_nothing(tmp_path):
     data = clustered(6000, 16, seed=6)
     queries = clustered(100, 16, seed=7)

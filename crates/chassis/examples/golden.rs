@@ -308,7 +308,7 @@ fn with_metadata(
 ) -> Made {
     let data = clustered(n, dims, seed, 0.0, 1.0);
     let docs: Vec<Metadata> = (0..n).map(document).collect();
-    let mut ix = Index::create(p, options(layout, metric, dims, 8)).unwrap();
+    let ix = Index::create(p, options(layout, metric, dims, 8)).unwrap();
     ix.add_batch_with_metadata(None, &flat(&data), &docs, 1)
         .unwrap();
     ix.flush().unwrap();
@@ -352,7 +352,7 @@ fn plain(
     seed: u64,
 ) -> Made {
     let data = clustered(n, dims, seed, 0.0, 1.0);
-    let mut ix = Index::create(p, options(layout, metric, dims, m)).unwrap();
+    let ix = Index::create(p, options(layout, metric, dims, m)).unwrap();
     ix.add_batch(&flat(&data), 1).unwrap();
     ix.flush().unwrap();
     Made {
@@ -365,7 +365,7 @@ fn plain(
 
 fn exact_walk(p: &Path) -> Made {
     let data = clustered(800, 8, 51, 100.0, 0.05);
-    let mut ix = Index::create(
+    let ix = Index::create(
         p,
         options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 8),
     )
@@ -386,7 +386,7 @@ fn exact_walk(p: &Path) -> Made {
 
 fn custom_ids(p: &Path) -> Made {
     let data = clustered(900, 12, 52, 0.0, 1.0);
-    let mut ix = Index::create(
+    let ix = Index::create(
         p,
         options(VectorLayout::SplitHalves, Metric::L2Squared, 12, 8),
     )
@@ -414,7 +414,7 @@ fn deletes_pending(p: &Path) -> Made {
     const CAP: usize = 64 << 20;
     let data = clustered(630, 8, 61, 0.0, 1.0);
     let mem = Arc::new(MemStorage::new(CAP).unwrap());
-    let mut ix = Index::create_in(
+    let ix = Index::create_in(
         Arc::new(mem.reopen(true)),
         options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 8),
     )
@@ -455,8 +455,7 @@ fn deletes_pending(p: &Path) -> Made {
 
 fn unflushed_tail(p: &Path) -> Made {
     let data = clustered(850, 12, 71, 0.0, 1.0);
-    let mut ix =
-        Index::create(p, options(VectorLayout::SplitHalves, Metric::Cosine, 12, 8)).unwrap();
+    let ix = Index::create(p, options(VectorLayout::SplitHalves, Metric::Cosine, 12, 8)).unwrap();
     ix.add_batch(&flat(&data[..700]), 1).unwrap();
     ix.flush().unwrap();
     ix.add_batch(&flat(&data[700..]), 1).unwrap();
@@ -473,7 +472,7 @@ fn unflushed_tail(p: &Path) -> Made {
 
 fn superseded(p: &Path) -> Made {
     let data = clustered(500, 16, 81, 0.0, 1.0);
-    let mut ix = Index::create(
+    let ix = Index::create(
         p,
         options(VectorLayout::SplitHalves, Metric::L2Squared, 16, 8),
     )
@@ -510,7 +509,7 @@ fn small_geometry(p: &Path) -> Made {
     let data = clustered(300, 8, 91, 0.0, 1.0);
     let opts = options(VectorLayout::SplitHalves, Metric::L2Squared, 8, 4)
         .geometry(Geometry::small_for_tests(4, 16));
-    let mut ix = Index::create(p, opts).unwrap();
+    let ix = Index::create(p, opts).unwrap();
     ix.add_batch(&flat(&data), 1).unwrap();
     ix.flush().unwrap();
     let deleted: Vec<u64> = (0..10).map(|i| 2 + i * 29).collect();
@@ -533,7 +532,7 @@ fn small_geometry(p: &Path) -> Made {
 
 fn closed_clean(p: &Path) -> Made {
     let data = clustered(800, 16, 71, 0.0, 1.0);
-    let mut ix = Index::create(
+    let ix = Index::create(
         p,
         options(VectorLayout::SplitHalves, Metric::InnerProduct, 16, 8),
     )
@@ -557,7 +556,7 @@ fn small_geometry_f3(p: &Path) -> Made {
     let data = clustered(150, 8, 92, 0.0, 1.0);
     let opts =
         options(VectorLayout::F32, Metric::Cosine, 8, 4).geometry(Geometry::small_for_tests(4, 16));
-    let mut ix = Index::create(p, opts).unwrap();
+    let ix = Index::create(p, opts).unwrap();
     let ids: Vec<u64> = (0..150u64).map(|i| 10_000 + 3 * i).collect();
     ix.add_batch_with_ids(&ids, &flat(&data), 1).unwrap();
     ix.flush().unwrap();

@@ -8,7 +8,7 @@
 //! use chassis::{Index, Metric, Options};
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("docs.chassis");
-//! let mut index = Index::create(&path, Options::new(3, Metric::Cosine))?;
+//! let index = Index::create(&path, Options::new(3, Metric::Cosine))?;
 //! let a = index.add(&[1.0, 0.0, 0.0])?;
 //! index.add_with_id(42, &[0.0, 1.0, 0.0])?;
 //! index.flush()?; // durable from here on

@@ -15,7 +15,7 @@ fn small(dims: usize, metric: Metric) -> Options {
 
 fn make(path: &Path, metric: Metric) -> Vec<Vec<f32>> {
     let data = clustered(100, 4, 3, 11);
-    let mut ix = Index::create(path, small(4, metric)).unwrap();
+    let ix = Index::create(path, small(4, metric)).unwrap();
     for v in &data {
         ix.add(v).unwrap();
     }
@@ -30,7 +30,7 @@ fn wrong_vectors_and_arguments_are_typed_errors_and_change_nothing() {
     let data = make(&path, Metric::Cosine);
     let before = fs::read(&path).unwrap();
     {
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         assert!(matches!(
             ix.add(&[1.0, 2.0]),
             Err(Error::DimensionMismatch {
@@ -233,7 +233,7 @@ fn a_newer_write_version_opens_read_only() {
         b[base + at::CHECKSUM..base + at::CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
     }
     fs::write(&path, &b).unwrap();
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     assert!(ix.read_only().is_some());
     assert_eq!(ix.len(), 100);
     assert_eq!(ix.search(&data[3], 1, 16).unwrap()[0].id, 3);

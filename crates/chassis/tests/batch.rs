@@ -36,7 +36,7 @@ fn recall(index: &Index, base: &[Vec<f32>], queries: &[Vec<f32>], metric: Metric
 fn a_bad_row_or_id_adds_nothing() {
     let dims = 8;
     let data = clustered(200, dims, 4, 1);
-    let mut index = Index::in_memory(Options::new(dims, Metric::L2Squared), 1 << 26).unwrap();
+    let index = Index::in_memory(Options::new(dims, Metric::L2Squared), 1 << 26).unwrap();
     index.add_batch(&flat(&data[..50]), 2).unwrap();
     assert_eq!(index.len(), 50);
 
@@ -76,7 +76,7 @@ fn a_bad_row_or_id_adds_nothing() {
 
     // Custom ids through a parallel batch: stored, found, and kept across a reopen.
     let mem = MemStorage::new(1 << 26).unwrap();
-    let mut index = Index::create_in(
+    let index = Index::create_in(
         Arc::new(mem.reopen(true)),
         Options::new(dims, Metric::L2Squared),
     )
@@ -100,11 +100,11 @@ fn a_one_thread_batch_is_the_loop_of_single_adds() {
     let dims = 16;
     let data = clustered(3_000, dims, 20, 2);
     let opts = Options::new(dims, Metric::Cosine).ef_construction(64);
-    let mut single = Index::in_memory(opts.clone(), 1 << 28).unwrap();
+    let single = Index::in_memory(opts.clone(), 1 << 28).unwrap();
     for v in &data {
         single.add(v).unwrap();
     }
-    let mut batch = Index::in_memory(opts, 1 << 28).unwrap();
+    let batch = Index::in_memory(opts, 1 << 28).unwrap();
     let ids = batch.add_batch(&flat(&data), 1).unwrap();
     assert_eq!(ids, (0..3_000).collect::<Vec<u64>>());
     for q in data.iter().step_by(37) {
@@ -125,7 +125,7 @@ fn a_parallel_batch_builds_as_good_a_graph() {
     let metric = Metric::L2Squared;
     let opts = Options::new(dims, metric).ef_construction(100);
 
-    let mut serial = Index::in_memory(opts.clone(), 1 << 30).unwrap();
+    let serial = Index::in_memory(opts.clone(), 1 << 30).unwrap();
     serial.add_batch(&flat(base), 1).unwrap();
     let serial_recall = recall(&serial, base, qs, metric);
     serial.flush().unwrap();
@@ -134,7 +134,7 @@ fn a_parallel_batch_builds_as_good_a_graph() {
     drop(serial);
 
     let mem = MemStorage::new(1 << 30).unwrap();
-    let mut index = Index::create_in(Arc::new(mem.reopen(true)), opts).unwrap();
+    let index = Index::create_in(Arc::new(mem.reopen(true)), opts).unwrap();
     // In pieces, so later batches link into a graph earlier ones built.
     let mut ids = Vec::new();
     for piece in base.chunks(6_000) {
@@ -197,7 +197,7 @@ fn readers_search_throughout_a_parallel_batch() {
     let data = clustered(22_000, dims, 40, 3);
     let (old, new) = data.split_at(2_000);
     let mem = MemStorage::new(1 << 30).unwrap();
-    let mut index = Index::create_in(
+    let index = Index::create_in(
         Arc::new(mem.reopen(true)),
         Options::new(dims, Metric::L2Squared).ef_construction(64),
     )
@@ -256,7 +256,7 @@ fn out_of_space(threads: usize) {
     let dims = 8;
     let data = clustered(4_000, dims, 8, 4);
     let mem = MemStorage::new(1 << 20).unwrap();
-    let mut index = Index::create_in(
+    let index = Index::create_in(
         Arc::new(mem.reopen(true)),
         common::small(dims, Metric::L2Squared, 8, 32),
     )

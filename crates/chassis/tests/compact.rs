@@ -13,7 +13,7 @@ use common::clustered;
 
 fn build(path: &Path, n: usize, m: usize) -> Vec<Vec<f32>> {
     let data = clustered(n, 16, 10, 5);
-    let mut ix = Index::create(path, Options::new(16, Metric::L2Squared).m(m)).unwrap();
+    let ix = Index::create(path, Options::new(16, Metric::L2Squared).m(m)).unwrap();
     for v in &data {
         ix.add(v).unwrap();
     }
@@ -26,7 +26,7 @@ fn compact_reclaims_deleted_vectors_and_keeps_every_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.chassis");
     let data = build(&path, 3000, 12);
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     let deleted: Vec<u64> = (0..3000).filter(|i| i % 3 != 0).collect();
     for &id in &deleted {
         ix.delete(id).unwrap();
@@ -75,7 +75,7 @@ fn compact_links_on_several_threads_with_the_recall_of_one() {
     let mut recalls = Vec::new();
     for threads in [1, 2] {
         let path = dir.path().join(format!("t{threads}.chassis"));
-        let mut ix = Index::create(&path, Options::new(16, Metric::L2Squared).m(12)).unwrap();
+        let ix = Index::create(&path, Options::new(16, Metric::L2Squared).m(12)).unwrap();
         ix.add_batch(&data.concat(), 1).unwrap();
         for id in (0..4000).filter(|i| i % 4 == 0) {
             ix.delete(id).unwrap();
@@ -118,7 +118,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.chassis");
     let data = build(&path, 2000, 8);
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     ix.compact(CompactOptions {
         m: Some(24),
         ef_construction: Some(100),
@@ -137,7 +137,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
 
 #[test]
 fn compact_needs_a_path_and_refuses_read_only() {
-    let mut ix = Index::in_memory(Options::new(4, Metric::L2Squared), 1 << 24).unwrap();
+    let ix = Index::in_memory(Options::new(4, Metric::L2Squared), 1 << 24).unwrap();
     assert!(matches!(
         ix.compact(CompactOptions::default()),
         Err(Error::InvalidArgument(_))
@@ -145,7 +145,7 @@ fn compact_needs_a_path_and_refuses_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.chassis");
     build(&path, 50, 8);
-    let mut ro = Index::open_read_only(&path).unwrap();
+    let ro = Index::open_read_only(&path).unwrap();
     assert!(matches!(
         ro.compact(CompactOptions::default()),
         Err(Error::ReadOnly { .. })
@@ -162,7 +162,7 @@ fn a_leftover_compacting_file_is_replaced() {
         b"half a file from a crashed compaction",
     )
     .unwrap();
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     ix.compact(CompactOptions::default()).unwrap();
     assert_eq!(ix.len(), 300);
     assert!(!compacting_path(&path).exists());
@@ -175,7 +175,7 @@ fn a_reader_finishes_on_the_old_file_and_moves_to_the_new_one() {
     let data = build(&path, 1000, 8);
     let r = IndexReader::open(&path).unwrap();
     let old = r.snapshot().unwrap();
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     for id in 0..500 {
         ix.delete(id).unwrap();
     }
@@ -228,7 +228,7 @@ fn a_superseded_file_still_at_its_path_stays_usable() {
     assert_eq!(r.search(&data[9], 1, 32).unwrap()[0].id, 9);
     assert_eq!(r.stats().reopens, 0);
     // The next writer's first commit clears the flag.
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     ix.add(&data[1]).unwrap();
     ix.flush().unwrap();
     drop(ix);
@@ -262,7 +262,7 @@ fn the_file_never_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("n.chassis");
     let data = clustered(2000, 16, 10, 6);
-    let mut ix = Index::create(&path, Options::new(16, Metric::L2Squared).m(8)).unwrap();
+    let ix = Index::create(&path, Options::new(16, Metric::L2Squared).m(8)).unwrap();
     let watch = fs::File::open(&path).unwrap();
     let mut last = 0;
     let mut check = |what: &str| {
@@ -287,7 +287,7 @@ fn the_file_never_shrinks() {
     }
     drop(ix);
     check("drop unflushed");
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     check("reopen");
     for v in &data[1500..] {
         ix.add(v).unwrap();
@@ -307,7 +307,7 @@ fn ids_after_compacting_away_deleted_vectors_stay_findable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("e.chassis");
     let data = build(&path, 3, 8);
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     for id in 0..3 {
         ix.delete(id).unwrap();
     }

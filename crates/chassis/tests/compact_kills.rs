@@ -20,7 +20,7 @@ fn data() -> Vec<Vec<f32>> {
 
 fn child(dir: &Path, seed: u64) {
     let data = data();
-    let mut ix = Index::open(dir.join("ix.chassis")).unwrap();
+    let ix = Index::open(dir.join("ix.chassis")).unwrap();
     let mut ids: BTreeSet<u64> = ix.ids().unwrap().into_iter().collect();
     let mut next = ids.iter().max().map_or(0, |m| m + 1);
     let mut rng = Rng::new(seed);
@@ -68,7 +68,7 @@ fn kills_during_compaction_leave_a_complete_index_at_the_path() {
     let dir = tmp.path();
     let path = dir.join("ix.chassis");
     let data = data();
-    let mut ix = Index::create(
+    let ix = Index::create(
         &path,
         Options::new(16, Metric::L2Squared).m(8).ef_construction(40),
     )

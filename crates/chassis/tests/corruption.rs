@@ -35,7 +35,7 @@ fn doc(i: usize) -> Metadata {
 
 fn build() -> (Vec<u8>, BTreeSet<u64>, Vec<Vec<f32>>, Vec<u64>) {
     let mem = MemStorage::new(CAP).unwrap();
-    let mut ix = Index::create_in(
+    let ix = Index::create_in(
         Arc::new(mem.reopen(true)),
         common::small(4, Metric::L2Squared, 8, 32),
     )
@@ -211,7 +211,7 @@ fn every_bit_flip_truncation_and_zeroed_sector_is_an_error_or_harmless() {
 #[test]
 fn a_damaged_layer_count_is_bounded_and_reported() {
     let mem = MemStorage::new(CAP).unwrap();
-    let mut ix = Index::create_in(
+    let ix = Index::create_in(
         Arc::new(mem.reopen(true)),
         common::small(4, Metric::L2Squared, 8, 32),
     )
@@ -248,7 +248,7 @@ fn a_damaged_layer_count_is_bounded_and_reported() {
 #[test]
 fn every_flip_in_metadata_is_corrupt_or_harmless() {
     let mem = MemStorage::new(CAP).unwrap();
-    let mut ix = Index::create_in(
+    let ix = Index::create_in(
         Arc::new(mem.reopen(true)),
         common::small(4, Metric::L2Squared, 8, 32),
     )
@@ -292,6 +292,7 @@ fn every_flip_in_metadata_is_corrupt_or_harmless() {
             .expect("slot header in the image");
         refs.push(at + 16);
     }
+    drop(store);
     drop(ix);
     let stored: BTreeSet<u64> = (0..40).collect();
     let (mut cases, mut bad) = (0usize, Vec::new());

@@ -58,7 +58,7 @@ fn delete_flush() -> (
 ) {
     let mem = Arc::new(MemStorage::new(CAP).unwrap());
     let data = clustered(60, 4, 3, 21);
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
     for v in &data[..40] {
         ix.add(v).unwrap();
     }
@@ -126,7 +126,7 @@ fn recovery_resets_marks_of_an_uncommitted_delete_and_they_never_come_back() {
     drop(ro);
     // With recovery: the 3 marks on committed slots are reset (the 4th is past N).
     let storage = MemStorage::from_image(marks_image, CAP).unwrap();
-    let mut ix = Index::open_in(Arc::new(storage.reopen(true))).unwrap();
+    let ix = Index::open_in(Arc::new(storage.reopen(true))).unwrap();
     let report = ix.open_report().clone();
     assert!(report.recovered);
     assert_eq!(report.marks_reset, 3);
@@ -180,7 +180,7 @@ fn a_crash_inside_recovery_recovers_again() {
 fn a_failed_fsync_poisons_until_reopen() {
     let mem = Arc::new(MemStorage::new(CAP).unwrap());
     let data = clustered(30, 4, 2, 22);
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
     for v in &data[..10] {
         ix.add(v).unwrap();
     }
@@ -202,7 +202,7 @@ fn a_failed_fsync_poisons_until_reopen() {
         "a poisoned index never calls fsync again"
     );
     drop(ix);
-    let mut ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+    let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
     assert_eq!(
         live_ids(&ix),
         (0..10).collect(),
@@ -218,7 +218,7 @@ fn a_failure_at_every_fsync_of_a_delete_flush_poisons_and_keeps_a_committed_stat
     for fail_at in 1..=3 {
         let mem = Arc::new(MemStorage::new(CAP).unwrap());
         let data = clustered(30, 4, 2, 23);
-        let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+        let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
         for v in &data[..10] {
             ix.add(v).unwrap();
         }
@@ -247,7 +247,7 @@ fn creation_in_place_and_never_over_a_damaged_file() {
     img[..8].copy_from_slice(b"CHASSIS\0");
     img[65_536..65_540].copy_from_slice(b"CHAS");
     let mem = Arc::new(MemStorage::from_image(&img, CAP).unwrap());
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
     ix.add(&[1.0, 2.0, 3.0, 4.0]).unwrap();
     ix.flush().unwrap();
     drop(ix);
@@ -282,7 +282,7 @@ fn creation_in_place_and_never_over_a_damaged_file() {
 fn an_unflushed_writer_leaves_unreachable_vectors_that_the_next_open_counts_and_reconnects() {
     let mem = Arc::new(MemStorage::new(CAP).unwrap());
     let data = clustered(400, 4, 4, 24);
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).unwrap();
     for v in &data[..200] {
         ix.add(v).unwrap();
     }
@@ -295,10 +295,11 @@ fn an_unflushed_writer_leaves_unreachable_vectors_that_the_next_open_counts_and_
     // edge toward them (the writer may rewrite committed neighbor words).
     for s in 0..400u32 {
         for layer in 0..=ix.node_level(s) {
+            let store = ix.store();
             let words = if layer == 0 {
-                ix.store().level0(s)
+                store.level0(s)
             } else {
-                ix.store().upper(s, layer)
+                store.upper(s, layer)
             };
             for w in words.unwrap() {
                 if matches!(w.load(Ordering::Relaxed), 17 | 42) {
@@ -328,7 +329,7 @@ fn an_unflushed_writer_leaves_unreachable_vectors_that_the_next_open_counts_and_
     }
     // A clean reopen after a flush does not check.
     drop(ix);
-    let mut ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+    let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
     ix.add(&data[0]).unwrap();
     ix.flush().unwrap();
     drop(ix);

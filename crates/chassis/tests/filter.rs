@@ -188,7 +188,7 @@ fn build(path: &std::path::Path) -> (Index, World) {
     let mut rng = Rng::new(9);
     let docs: Vec<Metadata> = (0..N).map(|i| doc(i, &mut rng)).collect();
     let opts = Options::new(DIMS, Metric::L2Squared).ef_construction(100);
-    let mut ix = Index::create(path, opts).unwrap();
+    let ix = Index::create(path, opts).unwrap();
     let flat: Vec<f32> = data.iter().flatten().copied().collect();
     let ids = ix
         .add_batch_with_metadata(None, &flat[..flat.len() / 2], &docs[..N / 2], 2)
@@ -221,7 +221,7 @@ fn build(path: &std::path::Path) -> (Index, World) {
 fn filtered_search_matches_brute_force_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.chassis");
-    let (mut ix, mut w) = build(&path);
+    let (ix, mut w) = build(&path);
     let mut seen = check_all(&w, "writer, unflushed", &|q: &[f32], f: &Filter| {
         ix.search_filtered_with(q, K, EF, f).unwrap()
     });
@@ -288,7 +288,7 @@ fn filtered_search_matches_brute_force_everywhere() {
     drop(ix);
 
     // Reopened, and compacted: the same answers, the same metadata.
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     seen.extend(check_all(&w, "reopened", &|q: &[f32], f: &Filter| {
         ix.search_filtered_with(q, K, EF, f).unwrap()
     }));
@@ -310,7 +310,7 @@ fn filtered_search_matches_brute_force_everywhere() {
 
 #[test]
 fn metadata_is_checked_before_anything_is_added() {
-    let mut ix = Index::in_memory(Options::new(4, Metric::Cosine), 64 << 20).unwrap();
+    let ix = Index::in_memory(Options::new(4, Metric::Cosine), 64 << 20).unwrap();
     let good = Metadata::from([("a".to_string(), Value::Int(1))]);
     let bad = Metadata::from([("$a".to_string(), Value::Int(1))]);
     let err = ix

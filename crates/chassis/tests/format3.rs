@@ -36,7 +36,7 @@ fn a_format_3_file_reads_writes_and_compacts() {
 
     // Read: as the reader and as the writer.
     let reader = IndexReader::open(&path).unwrap();
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     let info = ix.info().unwrap();
     assert_eq!(info.versions, (3, 3));
     assert_eq!(info.vector_layout, VectorLayout::F32);
@@ -76,7 +76,7 @@ fn a_format_3_file_reads_writes_and_compacts() {
     drop(ix);
 
     // Compact, keeping the layout (the default): still format 3, for older releases.
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     // One thread: the same graph on every run. This data is chains of near-duplicates (vector
     // i and i + 17 are 0.00028 apart), on which a graph linked by several threads sometimes
     // misses a vector's own top-1 at ef 32, in format 3 as in format 4.

@@ -40,7 +40,7 @@ fn a_full_disk_fails_with_an_error_and_the_index_continues_after_space_is_freed(
     let _mount = mount_tmpfs(&mnt, "48m");
     let path = mnt.join("full.chassis");
     let data = clustered(60_000, 64, 20, 3);
-    let mut ix = Index::create(&path, Options::new(64, Metric::L2Squared)).unwrap();
+    let ix = Index::create(&path, Options::new(64, Metric::L2Squared)).unwrap();
     for v in &data[..2_000] {
         ix.add(v).unwrap();
     }
@@ -71,7 +71,7 @@ fn a_full_disk_fails_with_an_error_and_the_index_continues_after_space_is_freed(
     let flushed = ix.flush().is_ok();
     drop(ix);
     std::fs::remove_file(&filler).unwrap();
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     let n = ix.len();
     assert!(
         n == 2_000 || (flushed && n == added),

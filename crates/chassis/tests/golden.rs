@@ -419,7 +419,7 @@ fn every_golden_file_opens_as_the_writer_and_takes_writes_in_its_own_format() {
     for g in goldens() {
         let dir = tempfile::tempdir().unwrap();
         let path = g.copy_to(dir.path());
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         assert!(ix.read_only().is_none(), "{}", g.name);
         let report = ix.open_report().clone();
         match g.expect["recovery"].as_object() {
@@ -533,7 +533,7 @@ fn every_golden_file_compacts_in_its_own_format() {
     for g in goldens() {
         let dir = tempfile::tempdir().unwrap();
         let path = g.copy_to(dir.path());
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         ix.compact(CompactOptions {
             threads: 1,
             ..CompactOptions::default()
@@ -631,7 +631,7 @@ fn a_newer_write_version_opens_read_only_and_searches() {
         let path = g.copy_to(dir.path());
         edit_headers(&path, |h| h.write_version = 9);
         let before = fs::read(&path).unwrap();
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         assert_eq!(
             ix.read_only(),
             Some("the file's write version is newer than this release")
@@ -664,7 +664,7 @@ fn unknown_flag_bits_are_read_and_never_written() {
         let before = fs::read(&path).unwrap();
         let reader = IndexReader::open(&path).unwrap();
         shows_what_it_must(&g, &reader, "unknown flag, reader");
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         assert_eq!(
             ix.read_only(),
             Some("the file has flag bits this release does not know")
@@ -692,7 +692,7 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     poke_headers(&path, header::at::RESERVED, &[0x5A; 52]);
     let reader = IndexReader::open(&path).unwrap();
     shows_what_it_must(&g, &reader, "reserved header bytes, reader");
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     assert!(ix.read_only().is_none());
     shows_what_it_must(&g, &ix, "reserved header bytes, writer");
     let (rows, ids) = more(&g, 3, 9);
@@ -720,7 +720,8 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     let snap = reader.snapshot().unwrap();
     let (_, chunks, _) = {
         let ro = Index::open_read_only(&path).unwrap();
-        ro.store().region_offsets()
+        let offsets = ro.store().region_offsets();
+        offsets
     };
     drop((reader, snap));
     let mut entries = 0;
@@ -744,7 +745,7 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     fs::write(&path, &bytes).unwrap();
     let reader = IndexReader::open(&path).unwrap();
     shows_what_it_must(&g, &reader, "reserved words, reader");
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     shows_what_it_must(&g, &ix, "reserved words, writer");
     no_problems(&g, &ix);
     let (rows, _) = more(&g, 20, 11);
@@ -765,7 +766,7 @@ fn metadata_added_to_an_older_file_raises_only_its_write_version() {
         let g = golden(name);
         let dir = tempfile::tempdir().unwrap();
         let path = g.copy_to(dir.path());
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         let (rows, _) = more(&g, 3, 21);
         let doc = Metadata::from([("source".to_string(), Doc::from(name))]);
         let docs = vec![doc.clone(); 3];
@@ -789,7 +790,7 @@ fn metadata_added_to_an_older_file_raises_only_its_write_version() {
             assert!(reader.get_metadata(id).unwrap().is_empty());
         }
         // The file reopens as the writer, compacts and keeps (read, 5).
-        let mut ix = Index::open(&path).unwrap();
+        let ix = Index::open(&path).unwrap();
         ix.compact(CompactOptions::default()).unwrap();
         assert_eq!(ix.info().unwrap().versions, (read, 5), "{name}");
     }

@@ -26,7 +26,7 @@ fn data() -> Vec<Vec<f32>> {
 /// each flushed; before a flush it writes the batch's state to `pending`, after it to `acked`.
 fn writer(dir: &Path, seed: u64) {
     let data = data();
-    let mut ix = Index::open(dir.join("ix.chassis")).unwrap();
+    let ix = Index::open(dir.join("ix.chassis")).unwrap();
     let mut ids: BTreeSet<u64> = ix.ids().unwrap().into_iter().collect();
     let mut next = fs::read_to_string(dir.join("next"))
         .unwrap()
@@ -107,7 +107,7 @@ fn killed_writers_never_lose_a_flush_and_readers_never_err() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let data = data();
-    let mut ix = Index::create(
+    let ix = Index::create(
         dir.join("ix.chassis"),
         Options::new(DIMS, Metric::L2Squared)
             .m(8)

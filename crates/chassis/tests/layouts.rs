@@ -18,8 +18,7 @@ fn every_layout_keeps_vectors_exactly_and_returns_exact_distances() {
         for layout in LAYOUTS {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("l.chassis");
-            let mut ix =
-                Index::create(&path, Options::new(300, metric).vector_layout(layout)).unwrap();
+            let ix = Index::create(&path, Options::new(300, metric).vector_layout(layout)).unwrap();
             for v in &data {
                 ix.add(v).unwrap();
             }
@@ -83,7 +82,7 @@ fn split_and_f32_files_of_the_same_vectors_find_the_same_neighbors() {
     let mut ixs = Vec::new();
     for layout in LAYOUTS {
         let path = dir.path().join(format!("{layout:?}.chassis"));
-        let mut ix = Index::create(
+        let ix = Index::create(
             &path,
             Options::new(384, Metric::Cosine).vector_layout(layout),
         )
@@ -125,7 +124,7 @@ fn data_too_fine_for_high_halves_is_walked_exactly_with_full_recall() {
     for (data, fine) in [(&base, true), (&embeddings, false)] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o.chassis");
-        let mut ix = Index::create(&path, Options::new(dims, Metric::L2Squared)).unwrap();
+        let ix = Index::create(&path, Options::new(dims, Metric::L2Squared)).unwrap();
         for v in data.iter() {
             ix.add(v).unwrap();
         }

@@ -151,7 +151,7 @@ fn migrated_hnswlib_indexes_answer_as_hnswlib_does_and_reach_every_vector() {
         drop(ix);
         let r = IndexReader::open(&dst).unwrap();
         assert_eq!(r.len().unwrap(), 590);
-        let mut ix = Index::open(&dst).unwrap();
+        let ix = Index::open(&dst).unwrap();
         let id = ix.add(&queries[0]).unwrap();
         assert_eq!(id, 1000 + 3 * 599 + 1, "new ids continue above every label");
         ix.flush().unwrap();

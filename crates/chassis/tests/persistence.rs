@@ -15,7 +15,7 @@ fn flush_reopen_everything_there() {
     let path = dir.path().join("a.chassis");
     let data = clustered(500, 12, 8, 1);
     {
-        let mut ix = Index::create(&path, small(12, Metric::L2Squared)).unwrap();
+        let ix = Index::create(&path, small(12, Metric::L2Squared)).unwrap();
         for (i, v) in data.iter().enumerate() {
             assert_eq!(ix.add(v).unwrap(), i as u64);
         }
@@ -41,7 +41,7 @@ fn unflushed_work_is_gone_after_reopen() {
     let path = dir.path().join("a.chassis");
     let data = clustered(300, 8, 4, 2);
     {
-        let mut ix = Index::create(&path, small(8, Metric::Cosine)).unwrap();
+        let ix = Index::create(&path, small(8, Metric::Cosine)).unwrap();
         for v in &data[..100] {
             ix.add(v).unwrap();
         }
@@ -58,7 +58,7 @@ fn unflushed_work_is_gone_after_reopen() {
             .all(|h| h.id != 5));
         // dropped without flush
     }
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     assert_eq!(ix.len(), 100);
     assert!(ix.contains(5).unwrap(), "the unflushed delete is gone");
     assert!(!ix.contains(100).unwrap(), "the unflushed adds are gone");
@@ -80,7 +80,7 @@ fn deleted_ids_are_never_returned() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.chassis");
     let data = clustered(1_000, 16, 10, 3);
-    let mut ix = Index::create(&path, small(16, Metric::L2Squared)).unwrap();
+    let ix = Index::create(&path, small(16, Metric::L2Squared)).unwrap();
     for v in &data {
         ix.add(v).unwrap();
     }
@@ -130,7 +130,7 @@ fn deleted_ids_are_never_returned() {
 #[test]
 fn search_returns_the_exact_nearest_among_live_vectors_when_brute_forced() {
     let data = clustered(200, 6, 3, 4);
-    let mut ix = Index::in_memory(small(6, Metric::InnerProduct), 1 << 26).unwrap();
+    let ix = Index::in_memory(small(6, Metric::InnerProduct), 1 << 26).unwrap();
     for v in &data {
         ix.add(v).unwrap();
     }
@@ -160,7 +160,7 @@ fn custom_ids_survive_reopen_and_reject_duplicates() {
     let path = dir.path().join("c.chassis");
     let data = clustered(200, 4, 4, 5);
     {
-        let mut ix = Index::create(&path, small(4, Metric::L2Squared)).unwrap();
+        let ix = Index::create(&path, small(4, Metric::L2Squared)).unwrap();
         for (i, v) in data.iter().enumerate() {
             ix.add_with_id(1_000_000 + 7 * i as u64, v).unwrap();
         }
@@ -175,7 +175,7 @@ fn custom_ids_survive_reopen_and_reject_duplicates() {
         ix.add_with_id(1_000_007, &data[150]).unwrap();
         ix.flush().unwrap();
     }
-    let mut ix = Index::open(&path).unwrap();
+    let ix = Index::open(&path).unwrap();
     assert_eq!(ix.len(), 201);
     assert!(ix.info().unwrap().custom_ids);
     assert_eq!(ix.get(1_000_007).unwrap(), data[150]);
@@ -200,7 +200,7 @@ fn growth_across_many_segments_heap_chunks_and_table_pages() {
     let path = dir.path().join("g.chassis");
     let data = clustered(3_000, 8, 20, 6);
     let opts = small(8, Metric::L2Squared);
-    let mut ix = Index::create(&path, opts).unwrap();
+    let ix = Index::create(&path, opts).unwrap();
     for (round, chunk) in data.chunks(700).enumerate() {
         for v in chunk {
             ix.add(v).unwrap();
@@ -243,7 +243,7 @@ fn file_only_grows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("grow.chassis");
     let data = clustered(400, 8, 4, 8);
-    let mut ix = Index::create(&path, small(8, Metric::L2Squared)).unwrap();
+    let ix = Index::create(&path, small(8, Metric::L2Squared)).unwrap();
     let mut last = std::fs::metadata(&path).unwrap().len();
     assert_eq!(last, 196_608, "a new file is the fixed area only");
     for (i, v) in data.iter().enumerate() {
@@ -263,7 +263,7 @@ fn searches_run_from_many_threads_at_once() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Index>();
     let data = clustered(2_000, 16, 10, 12);
-    let mut ix = Index::in_memory(small(16, Metric::L2Squared), 1 << 28).unwrap();
+    let ix = Index::in_memory(small(16, Metric::L2Squared), 1 << 28).unwrap();
     for v in &data {
         ix.add(v).unwrap();
     }

@@ -297,7 +297,7 @@ fn check_image(
         }
     }
     // (c) one more add-and-delete flush, then a clean reopen: exactly that state plus it.
-    let mut ix = ix;
+    let ix = ix;
     let mut want = recovered.clone();
     for (i, v) in extra.iter().enumerate() {
         let m = meta(1000 + i);
@@ -449,7 +449,7 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
 /// show that same state (ids and vectors), M changed.
 fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
     let old = MemStorage::new(CAP).expect("capacity");
-    let mut ix = Index::create_in(Arc::new(old.reopen(true)), opts()).expect("create");
+    let ix = Index::create_in(Arc::new(old.reopen(true)), opts()).expect("create");
     let data = clustered(200, 4, 6, 900 + seed);
     let extra: Vec<Vec<f32>> = data[196..].to_vec();
     let mut rng = Rng::new(500 + seed);
@@ -511,7 +511,7 @@ fn is_io(e: &Error) -> bool {
 /// calls the workload made.
 fn fault_run(fault: Option<(u64, FaultKind, bool)>, tally: &mut Tally) -> u64 {
     let mem = MemStorage::new(CAP).expect("capacity");
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
     let ops0 = mem.op_count();
     if let Some((n, kind, forever)) = fault {
         mem.inject_fault(n, kind, forever);

@@ -50,7 +50,7 @@ fn every_vector_is_reachable_after_every_flush() {
     for metric in [Metric::L2Squared, Metric::Cosine, Metric::InnerProduct] {
         for threads in [1, 4] {
             let what = format!("{metric:?}, {threads} thread(s)");
-            let mut ix = Index::in_memory(opts(metric), 256 << 20).unwrap();
+            let ix = Index::in_memory(opts(metric), 256 << 20).unwrap();
             let rows = data(6000, 11);
             let mut rng = Rng::new(5);
             for (round, chunk) in rows.chunks(1500).enumerate() {
@@ -81,7 +81,7 @@ fn every_vector_is_reachable_after_every_flush() {
 fn a_cleanly_closed_file_opens_without_a_repair_pass() {
     let mem = MemStorage::new(64 << 20).unwrap();
     let rows = data(800, 4);
-    let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts(Metric::L2Squared)).unwrap();
+    let ix = Index::create_in(Arc::new(mem.reopen(true)), opts(Metric::L2Squared)).unwrap();
     for v in &rows[..500] {
         ix.add(v).unwrap();
     }
@@ -101,7 +101,7 @@ fn a_cleanly_closed_file_opens_without_a_repair_pass() {
     let probe = Index::open_in(Arc::new(crashed)).unwrap();
     assert!(probe.open_report().clean, "a writer that changed nothing");
     drop(probe);
-    let mut ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+    let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
     // Readers see a cleanly closed file as one with no writer.
     let reader = IndexReader::open_in(Arc::new(mem.reopen(false))).unwrap();
     let snap = reader.snapshot().unwrap();
@@ -119,7 +119,7 @@ fn a_cleanly_closed_file_opens_without_a_repair_pass() {
     );
     let crashed = MemStorage::from_image(&mem.current_image(), 64 << 20).unwrap();
     drop(ix);
-    let mut ix = Index::open_in(Arc::new(crashed)).unwrap();
+    let ix = Index::open_in(Arc::new(crashed)).unwrap();
     let report = ix.open_report().clone();
     assert!(!report.clean, "{report:?}");
     assert!(report.repaired_lists.unwrap() > 0, "{report:?}");
@@ -129,7 +129,7 @@ fn a_cleanly_closed_file_opens_without_a_repair_pass() {
     ix.flush().unwrap();
     drop(ix);
     // (The original file: its writer dropped the adds without flushing.)
-    let mut ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+    let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
     assert!(!ix.open_report().clean, "dropped with changes pending");
     assert_eq!(ix.len(), 500);
 
@@ -160,7 +160,7 @@ fn a_cleanly_closed_file_opens_without_a_repair_pass() {
 #[test]
 fn the_entry_point_is_the_node_of_lowest_rank() {
     for threads in [1, 3] {
-        let mut ix = Index::in_memory(opts(Metric::L2Squared).seed(17), 64 << 20).unwrap();
+        let ix = Index::in_memory(opts(Metric::L2Squared).seed(17), 64 << 20).unwrap();
         let flat: Vec<f32> = data(4000, 8).into_iter().flatten().collect();
         ix.add_batch(&flat, threads).unwrap();
         ix.flush().unwrap();

@@ -55,7 +55,7 @@ fn log_state(dir: &Path, g: u64, n: u64, e: u64, ids: &BTreeSet<u64>) {
 
 fn writer(dir: &Path) {
     let data = data();
-    let mut ix = Index::open(dir.join("ix.chassis")).unwrap();
+    let ix = Index::open(dir.join("ix.chassis")).unwrap();
     let mut live: BTreeSet<u64> = (0..200).collect();
     let mut rng = Rng::new(3);
     let mut next = 200usize;
@@ -201,7 +201,7 @@ fn a_writer_process_and_two_reader_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let data = data();
-    let mut ix = Index::create(dir.join("ix.chassis"), Options::new(8, Metric::L2Squared)).unwrap();
+    let ix = Index::create(dir.join("ix.chassis"), Options::new(8, Metric::L2Squared)).unwrap();
     for v in &data[..200] {
         ix.add(v).unwrap();
     }

@@ -48,7 +48,7 @@ fn readers_stay_correct_under_a_restarting_writer() {
             let mut next = 0u64;
             let (mut batches, mut restarts) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
-                let mut ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
+                let ix = Index::open_in(Arc::new(mem.reopen(true))).unwrap();
                 let mut state = committed.clone();
                 let mut id = next;
                 for _ in 0..5 + rng.below(60) {

@@ -35,7 +35,7 @@ fn new_file() -> MemStorage {
 fn each_search_sees_the_last_flush_and_nothing_unflushed() {
     let mem = new_file();
     let data = clustered(300, 4, 5, 1);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..100] {
         w.add(v).unwrap();
     }
@@ -72,7 +72,7 @@ fn each_search_sees_the_last_flush_and_nothing_unflushed() {
 fn readers_route_through_published_unflushed_slots() {
     let mem = new_file();
     let data = clustered(400, 4, 5, 2);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..40] {
         w.add(v).unwrap();
     }
@@ -99,7 +99,7 @@ fn readers_route_through_published_unflushed_slots() {
 fn a_new_writer_resets_routing_before_reusing_ghost_slots() {
     let mem = new_file();
     let data = clustered(200, 4, 5, 3);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..50] {
         w.add(v).unwrap();
     }
@@ -121,7 +121,7 @@ fn a_new_writer_resets_routing_before_reusing_ghost_slots() {
 fn uncommitted_regions_are_remapped_when_their_table_entry_changes() {
     let mem = new_file();
     let data = clustered(600, 4, 5, 4);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..20] {
         w.add(v).unwrap();
     }
@@ -134,7 +134,7 @@ fn uncommitted_regions_are_remapped_when_their_table_entry_changes() {
     let old_offsets = before.segment_offsets();
     assert!(old_offsets.len() > 2);
     drop(w);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[300..600] {
         w.add(v).unwrap();
     }
@@ -174,7 +174,7 @@ fn uncommitted_regions_are_remapped_when_their_table_entry_changes() {
 fn a_reader_ignores_an_uncommitted_deletes_marks() {
     let mem = new_file();
     let data = clustered(60, 4, 5, 5);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data {
         w.add(v).unwrap();
     }
@@ -210,7 +210,7 @@ fn corrupt_checksum(mem: &MemStorage, copy: u64) -> [u8; 8] {
 fn a_bad_copy_is_reread_and_snapshots_never_go_back() {
     let mem = new_file();
     let data = clustered(40, 4, 5, 6);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..20] {
         w.add(v).unwrap();
     }
@@ -248,7 +248,7 @@ fn a_bad_copy_is_reread_and_snapshots_never_go_back() {
 fn an_unchanged_file_takes_the_fast_path() {
     let mem = new_file();
     let data = clustered(50, 4, 5, 7);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data {
         w.add(v).unwrap();
     }
@@ -273,7 +273,7 @@ fn regions_are_mapped_on_first_use_only() {
     let data = clustered(200, 4, 5, 8);
     let r = reader(&mem);
     assert_eq!(r.stats().maps, 0, "an empty file maps no region");
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..100] {
         w.add(v).unwrap();
     }
@@ -303,7 +303,7 @@ fn a_reader_opens_a_locked_file_and_follows_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.chassis");
     let data = clustered(100, 8, 5, 9);
-    let mut w = Index::create(&path, Options::new(8, Metric::Cosine)).unwrap();
+    let w = Index::create(&path, Options::new(8, Metric::Cosine)).unwrap();
     assert!(matches!(Index::open(&path), Err(Error::Locked)));
     let r = IndexReader::open(&path).unwrap();
     assert_eq!(r.len().unwrap(), 0);
@@ -336,7 +336,7 @@ fn a_reader_opens_a_locked_file_and_follows_it() {
 fn a_segment_committed_at_a_new_offset_is_remapped() {
     let mem = new_file();
     let data = clustered(2000, 4, 5, 9);
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[..20] {
         w.add(v).unwrap();
     }
@@ -347,7 +347,7 @@ fn a_segment_committed_at_a_new_offset_is_remapped() {
     let r = reader(&mem);
     let before = r.snapshot().unwrap().segment_offsets();
     drop(w); // unflushed
-    let mut w = writer(&mem);
+    let w = writer(&mem);
     for v in &data[1000..1100] {
         w.add(v).unwrap();
     }

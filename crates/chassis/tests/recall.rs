@@ -9,8 +9,7 @@ fn recall_at_10(metric: Metric) -> f64 {
     let (n, dims, queries) = (20_000, 32, 200);
     let data = clustered(n + queries, dims, 50, 7);
     let (base, qs) = data.split_at(n);
-    let mut index =
-        Index::in_memory(Options::new(dims, metric).ef_construction(100), 1 << 30).unwrap();
+    let index = Index::in_memory(Options::new(dims, metric).ef_construction(100), 1 << 30).unwrap();
     for v in base {
         index.add(v).unwrap();
     }
@@ -53,7 +52,7 @@ fn recall_inner_product_at_ef_64() {
 fn search_distance_count_measures_graph_work() {
     let (n, dims) = (3_000, 16);
     let data = clustered(n, dims, 30, 3);
-    let mut index = Index::in_memory(Options::new(dims, Metric::L2Squared), 1 << 28).unwrap();
+    let index = Index::in_memory(Options::new(dims, Metric::L2Squared), 1 << 28).unwrap();
     for v in &data {
         index.add(v).unwrap();
     }

@@ -124,7 +124,7 @@ fn flush_is_data_fsync_header_fsync_into_the_other_copy() {
     let opts = Options::new(4, Metric::L2Squared)
         .m(4)
         .geometry(Geometry::small_for_tests(4, 16));
-    let mut ix = Index::create_in(mem.clone(), opts).unwrap();
+    let ix = Index::create_in(mem.clone(), opts).unwrap();
     let created = mem.durable_image();
     // A new file: A at sequence 1, B at 0, equal otherwise.
     let seq = |img: &[u8], base: usize| {

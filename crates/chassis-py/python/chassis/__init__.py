@@ -157,9 +157,10 @@ class Index:
             ix.add(vectors)
         # flushed and closed here
 
-    **Threads.** The GIL is released during add, search, get, delete, flush and compact. An
-    internal lock lets any number of searches run together while writes run one at a time, so
-    one Python thread can search while another adds. A batch :meth:`search` uses every core
+    **Threads.** The GIL is released during add, search, get, delete, flush and compact.
+    Writes run one at a time; searches (and get, len, info) never wait for them: while one
+    Python thread adds a large batch, searches from other threads keep answering, from the
+    state before the batch plus its rows as they are linked. A batch :meth:`search` uses every core
     unless ``threads`` says otherwise.
     """
 

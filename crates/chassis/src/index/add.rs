@@ -8,7 +8,7 @@
 //! covers a node before its backlinks are written.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -17,15 +17,13 @@ use crate::format::{self, metadata::Metadata};
 use crate::graph::{self, support, Scratch};
 use crate::idmap::IdHashBuilder;
 
-use super::{lock, Index, View};
+use super::{lock, Index, View, Writer};
 
 /// Slots a parallel batch add links before publishing R (readers route through them from then).
 pub(super) const PARALLEL_CHUNK: usize = 16_384;
 
-impl Index {
-    /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
-    /// 0, 1, 2, … in an index that never used [`Index::add_with_id`]).
-    pub fn add(&mut self, vector: &[f32]) -> Result<u64> {
+impl Writer {
+    pub(super) fn add(&mut self, vector: &[f32]) -> Result<u64> {
         self.writable()?;
         let id = self.next_id;
         if self.flags & FLAG_CUSTOM_IDS != 0 && self.lookup(id)?.is_some() {
@@ -35,8 +33,7 @@ impl Index {
         Ok(id)
     }
 
-    /// Adds a vector under a caller-chosen id; [`Error::DuplicateId`] if `id` is live.
-    pub fn add_with_id(&mut self, id: u64, vector: &[f32]) -> Result<()> {
+    pub(super) fn add_with_id(&mut self, id: u64, vector: &[f32]) -> Result<()> {
         self.writable()?;
         if self.lookup(id)?.is_some() {
             return Err(Error::DuplicateId { id });
@@ -61,10 +58,7 @@ impl Index {
         self.insert_batch(&[id], v, &[], 1)
     }
 
-    /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
-    /// returns the ids the index assigned, as [`Index::add`] would, in row order. See
-    /// [`Index::add_batch_with_ids`] for threads and failures.
-    pub fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
+    pub(super) fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
         self.writable()?;
         let (rows, n) = self.prepare_rows(vectors)?;
         let start = self.next_id;
@@ -80,18 +74,7 @@ impl Index {
         Ok(ids)
     }
 
-    /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
-    /// floats each, one row per id).
-    ///
-    /// Every row and id is checked, and every slot written, before anything is added: a row
-    /// of the wrong length, a non-finite component, an id that is live or repeated in the
-    /// batch, or an I/O error while writing (a full disk) fails the whole call with nothing
-    /// added. Like every add, the rows are pending until [`Index::flush`].
-    ///
-    /// `threads` links the new nodes into the graph on that many threads (0: one per CPU);
-    /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
-    /// that depends on thread timing. Readers keep searching the committed state throughout.
-    pub fn add_batch_with_ids(
+    pub(super) fn add_batch_with_ids(
         &mut self,
         ids: &[u64],
         vectors: &[f32],
@@ -117,20 +100,14 @@ impl Index {
         Ok(())
     }
 
-    /// Adds a vector with its metadata; the index assigns its id, as [`Index::add`] does.
-    /// The metadata is checked first ([`Metadata`]: keys of 1 to 255 bytes not starting with
-    /// `$`, finite floats, lists of scalars, at most 64 KiB encoded) and is stored with the
-    /// vector, durable at the same flush.
-    pub fn add_with_metadata(&mut self, vector: &[f32], metadata: &Metadata) -> Result<u64> {
+    pub(super) fn add_with_metadata(&mut self, vector: &[f32], metadata: &Metadata) -> Result<u64> {
         let ids = self.add_batch_with_metadata(None, vector, std::slice::from_ref(metadata), 1)?;
         ids.first()
             .copied()
             .ok_or_else(|| Error::InvalidArgument("no vector given".into()))
     }
 
-    /// Adds a vector with its metadata under a caller-chosen id ([`Error::DuplicateId`] if it
-    /// is live; [`Index::upsert`] replaces instead).
-    pub fn add_with_id_and_metadata(
+    pub(super) fn add_with_id_and_metadata(
         &mut self,
         id: u64,
         vector: &[f32],
@@ -140,10 +117,7 @@ impl Index {
             .map(drop)
     }
 
-    /// Adds many vectors with their metadata (one document per row; an empty one for none),
-    /// under `ids` or, without, under ids the index assigns. Everything is checked before
-    /// anything is added, as in [`Index::add_batch_with_ids`]; returns the ids in row order.
-    pub fn add_batch_with_metadata(
+    pub(super) fn add_batch_with_metadata(
         &mut self,
         ids: Option<&[u64]>,
         vectors: &[f32],
@@ -212,12 +186,7 @@ impl Index {
         Ok(())
     }
 
-    /// Replaces the metadata of `id`, keeping its vector bit for bit. Pending until the next
-    /// flush, like an add and a delete together: the id moves to a new slot holding the same
-    /// vector and the new metadata, and its old slot is deleted (so this costs about what an
-    /// add costs, and the old slot's space comes back at the next compaction).
-    /// [`Error::NotFound`] if `id` is not live.
-    pub fn set_metadata(&mut self, id: u64, metadata: &Metadata) -> Result<()> {
+    pub(super) fn set_metadata(&mut self, id: u64, metadata: &Metadata) -> Result<()> {
         self.writable()?;
         let old = self.lookup(id)?.ok_or(Error::NotFound { id })?;
         let vector = self
@@ -228,10 +197,7 @@ impl Index {
         self.replace(id, old, vector, metadata)
     }
 
-    /// Stores `vector` and `metadata` under `id`: an add when `id` is not live, otherwise a
-    /// replacement of both (the old vector is deleted at the same flush). Checked like an
-    /// add.
-    pub fn upsert(&mut self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
+    pub(super) fn upsert(&mut self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
         self.writable()?;
         match self.lookup(id)? {
             Some(old) => {
@@ -250,10 +216,12 @@ impl Index {
             // The id leaves its slot: from now on ids need the table.
             self.with_ids(|_| ())?;
         }
-        // The new slot first: if it fails, nothing changed.
+        // The new slot first: if it fails, nothing changed. A single row is not published by
+        // `insert_batch`: searches see the new slot and the old one's delete (marked for the
+        // next publication) together, in this write's publication.
         self.insert_batch(&[id], vector, std::slice::from_ref(&doc), 1)?;
         self.flags |= FLAG_CUSTOM_IDS;
-        self.pending_deletes.insert(old);
+        self.mark_pending_delete(old);
         self.dirty = true;
         Ok(())
     }
@@ -329,10 +297,17 @@ impl Index {
         for &id in ids {
             self.next_id = self.next_id.max(id.saturating_add(1));
         }
-        if let Some(map) = lock(&self.ids).as_mut() {
+        if let Some(map) = lock(&self.shared.ids).as_mut() {
             for (i, &id) in ids.iter().enumerate() {
                 map.insert(id, first + i as u32);
             }
+        }
+        // Searches of a batch see its written slots' regions from here on, and route through
+        // each slot as it is linked (`publish_routing`). A single row appears with the write's
+        // own publication instead: a replacement's new slot and its old slot's delete then
+        // flip in one publication, so no search sees the id twice or not at all.
+        if ids.len() > 1 {
+            self.publish();
         }
         if threads <= 1 || levels.len() < 2 * threads {
             let mut scratch = self.take_scratch();
@@ -342,7 +317,7 @@ impl Index {
                 let view = View {
                     store: &self.store,
                     count: slot + 1,
-                    walk: &self.walk,
+                    walk: &self.shared.walk,
                 };
                 let before = self.entry;
                 let becomes_entry = graph::insert(
@@ -374,7 +349,7 @@ impl Index {
                 // One thread: what a prune dropped trusting another supporter still has it.
                 scratch.rechecks.clear();
                 // Decision 5: R after the node and its backlinks.
-                self.store.publish_routing_count(u64::from(slot) + 1)?;
+                self.publish_routing(slot + 1)?;
             }
             self.put_scratch(scratch);
             return Ok(());
@@ -389,7 +364,7 @@ impl Index {
         let view = View {
             store: &self.store,
             count: self.count,
-            walk: &self.walk,
+            walk: &self.shared.walk,
         };
         let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
         let prefix = Prefix::new(levels.len());
@@ -403,6 +378,7 @@ impl Index {
                         let (view, locks, entry, next, levels, prefix) =
                             (&view, &locks, &entry, &next, &levels, &prefix);
                         let store = &self.store;
+                        let routed = &self.shared.routed;
                         let (dist, params) = (&self.dist, &self.params);
                         // Each thread owns its scratch (moved in, handed back): scratches side
                         // by side in one Vec would share cache lines that every distance
@@ -462,7 +438,7 @@ impl Index {
                                     Some(locks),
                                     &mut scratch,
                                 );
-                                prefix.finish(i, store, first);
+                                prefix.finish(i, store, routed, first);
                             }
                             scratch
                         })
@@ -497,8 +473,7 @@ impl Index {
             }
             scratch.rechecks.clear();
             scratches.push(scratch);
-            self.store
-                .publish_routing_count(u64::from(first) + chunk_end as u64)?;
+            self.publish_routing(first + chunk_end as u32)?;
         }
         for s in scratches {
             self.put_scratch(s);
@@ -527,7 +502,7 @@ impl Prefix {
     }
 
     /// Marks batch slot `i` linked and publishes R over the complete run it may extend.
-    fn finish(&self, i: usize, store: &crate::storage::Store, first: u32) {
+    fn finish(&self, i: usize, store: &crate::storage::Store, routed: &AtomicU32, first: u32) {
         self.done[i].store(true, AtomicOrdering::Release);
         let mut p = lock(&self.published);
         let before = *p;
@@ -536,8 +511,93 @@ impl Prefix {
         }
         if *p > before {
             // Best effort between chunk ends: the chunk's last publication reports errors.
-            let _ = store.publish_routing_count(u64::from(first) + *p as u64);
+            let r = first + *p as u32;
+            let _ = store.publish_routing_count(u64::from(r));
+            routed.store(r, AtomicOrdering::Release);
         }
+    }
+}
+
+impl Index {
+    /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
+    /// 0, 1, 2, … in an index that never used [`Index::add_with_id`]).
+    pub fn add(&self, vector: &[f32]) -> Result<u64> {
+        self.write(|w| w.add(vector))
+    }
+
+    /// Adds a vector under a caller-chosen id; [`Error::DuplicateId`] if `id` is live.
+    pub fn add_with_id(&self, id: u64, vector: &[f32]) -> Result<()> {
+        self.write(|w| w.add_with_id(id, vector))
+    }
+
+    /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
+    /// returns the ids the index assigned, as [`Index::add`] would, in row order. See
+    /// [`Index::add_batch_with_ids`] for threads and failures.
+    pub fn add_batch(&self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
+        self.write(|w| w.add_batch(vectors, threads))
+    }
+
+    /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
+    /// floats each, one row per id).
+    ///
+    /// Every row and id is checked, and every slot written, before anything is added: a row
+    /// of the wrong length, a non-finite component, an id that is live or repeated in the
+    /// batch, or an I/O error while writing (a full disk) fails the whole call with nothing
+    /// added. Like every add, the rows are pending until [`Index::flush`].
+    ///
+    /// `threads` links the new nodes into the graph on that many threads (0: one per CPU);
+    /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
+    /// that depends on thread timing. Readers keep searching the committed state throughout.
+    pub fn add_batch_with_ids(&self, ids: &[u64], vectors: &[f32], threads: usize) -> Result<()> {
+        self.write(|w| w.add_batch_with_ids(ids, vectors, threads))
+    }
+
+    /// Adds a vector with its metadata; the index assigns its id, as [`Index::add`] does.
+    /// The metadata is checked first ([`Metadata`]: keys of 1 to 255 bytes not starting with
+    /// `$`, finite floats, lists of scalars, at most 64 KiB encoded) and is stored with the
+    /// vector, durable at the same flush.
+    pub fn add_with_metadata(&self, vector: &[f32], metadata: &Metadata) -> Result<u64> {
+        self.write(|w| w.add_with_metadata(vector, metadata))
+    }
+
+    /// Adds a vector with its metadata under a caller-chosen id ([`Error::DuplicateId`] if it
+    /// is live; [`Index::upsert`] replaces instead).
+    pub fn add_with_id_and_metadata(
+        &self,
+        id: u64,
+        vector: &[f32],
+        metadata: &Metadata,
+    ) -> Result<()> {
+        self.write(|w| w.add_with_id_and_metadata(id, vector, metadata))
+    }
+
+    /// Adds many vectors with their metadata (one document per row; an empty one for none),
+    /// under `ids` or, without, under ids the index assigns. Everything is checked before
+    /// anything is added, as in [`Index::add_batch_with_ids`]; returns the ids in row order.
+    pub fn add_batch_with_metadata(
+        &self,
+        ids: Option<&[u64]>,
+        vectors: &[f32],
+        metadata: &[Metadata],
+        threads: usize,
+    ) -> Result<Vec<u64>> {
+        self.write(|w| w.add_batch_with_metadata(ids, vectors, metadata, threads))
+    }
+
+    /// Replaces the metadata of `id`, keeping its vector bit for bit. Pending until the next
+    /// flush, like an add and a delete together: the id moves to a new slot holding the same
+    /// vector and the new metadata, and its old slot is deleted (so this costs about what an
+    /// add costs, and the old slot's space comes back at the next compaction).
+    /// [`Error::NotFound`] if `id` is not live.
+    pub fn set_metadata(&self, id: u64, metadata: &Metadata) -> Result<()> {
+        self.write(|w| w.set_metadata(id, metadata))
+    }
+
+    /// Stores `vector` and `metadata` under `id`: an add when `id` is not live, otherwise a
+    /// replacement of both (the old vector is deleted at the same flush). Checked like an
+    /// add.
+    pub fn upsert(&self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
+        self.write(|w| w.upsert(id, vector, metadata))
     }
 }
 
@@ -584,7 +644,7 @@ mod tests {
                 log.lock().unwrap().push(r);
             }));
         let opts = Options::new(DIMS, Metric::L2Squared).m(8);
-        let mut ix = Index::in_memory(opts, 64 << 20).unwrap();
+        let ix = Index::in_memory(opts, 64 << 20).unwrap();
         let rows: Vec<f32> = (0..3000 * DIMS)
             .map(|i| ((i as f32) * 0.37).sin() + (i / DIMS) as f32 * 0.001)
             .collect();
@@ -624,7 +684,7 @@ mod tests {
         let opts = Options::new(4, Metric::L2Squared)
             .m(8)
             .geometry(Geometry::small_for_tests(8, 16));
-        let mut ix = Index::in_memory(opts, 16 << 20).unwrap();
+        let ix = Index::in_memory(opts, 16 << 20).unwrap();
         for i in 0..200u32 {
             let x = i as f32;
             ix.add(&[x.sin(), x.cos(), (x * 0.3).sin(), 1.0]).unwrap();

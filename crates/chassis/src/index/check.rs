@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use crate::error::{Error, Result};
 use crate::format::{header, record};
 
-use super::Index;
+use super::{lock, Index, Writer};
 
 /// What [`Index::check`] found: every problem as one precise line, and what it looked at.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -31,14 +31,8 @@ pub struct CheckReport {
     pub recall: Option<f64>,
 }
 
-impl Index {
-    /// Checks the committed index the way `PRAGMA integrity_check` checks a database: every
-    /// slot header (deleted epochs against E), every neighbor word (in range), every upper-layer
-    /// reference and layer count, the entry point, reachability of every live vector from the
-    /// entry point, and uniqueness of live ids. With `recall_sample` > 0, also searches for that
-    /// many sampled stored vectors (k = 10, ef = 64) and measures recall against brute force.
-    /// Header copies, table pages and region offsets are checked when the file is opened.
-    pub fn check(&self, recall_sample: usize) -> Result<CheckReport> {
+impl Writer {
+    pub(super) fn check(&self, recall_sample: usize) -> Result<CheckReport> {
         let h = self.store.header();
         let n = h.committed_count as u32;
         let routing = self
@@ -183,14 +177,22 @@ impl Index {
             let live: Vec<u32> = (0..n).filter(|&s| self.slot_live(s)).collect();
             let step = (live.len() / recall_sample).max(1);
             let (mut found, mut total) = (0usize, 0usize);
+            // Searched as searches see it: publish this writer's state, then read that.
+            self.publish();
+            let p = self.view.load_full();
+            let routing = p.routing();
             for &s in live.iter().step_by(step).take(recall_sample) {
                 let q = self
                     .store
                     .vector(s)
                     .ok_or_else(|| Error::corrupt("vector unreadable", 0))?
                     .to_vec();
-                let truth: HashSet<u32> = self.brute_force(&q, 10).iter().map(|x| x.slot).collect();
-                let hits = self.search(&q, 10, 64)?;
+                let truth: HashSet<u32> = p
+                    .brute_force(&q, 10, routing)
+                    .iter()
+                    .map(|x| x.slot)
+                    .collect();
+                let hits = p.search(&q, 10, 64)?;
                 for hit in hits {
                     if self
                         .lookup(hit.id)?
@@ -204,5 +206,17 @@ impl Index {
             r.recall = Some(found as f64 / total.max(1) as f64);
         }
         Ok(r)
+    }
+}
+
+impl Index {
+    /// Checks the committed index the way `PRAGMA integrity_check` checks a database: every
+    /// slot header (deleted epochs against E), every neighbor word (in range), every upper-layer
+    /// reference and layer count, the entry point, reachability of every live vector from the
+    /// entry point, and uniqueness of live ids. With `recall_sample` > 0, also searches for that
+    /// many sampled stored vectors (k = 10, ef = 64) and measures recall against brute force.
+    /// Header copies, table pages and region offsets are checked when the file is opened.
+    pub fn check(&self, recall_sample: usize) -> Result<CheckReport> {
+        lock(&self.writer).check(recall_sample)
     }
 }

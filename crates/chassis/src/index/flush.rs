@@ -10,25 +10,24 @@ use crate::error::{Error, Result};
 use crate::format::header::{self, Header};
 use crate::format::vector::VectorLayout;
 
-use super::{lock, Index};
+use super::{lock, Index, Writer};
 
-impl Index {
-    /// Deletes `id`. It disappears from this index's searches at once and from the file at the
-    /// next flush; its slot stays in the graph for routing until a compaction.
-    pub fn delete(&mut self, id: u64) -> Result<()> {
+impl Writer {
+    pub(super) fn delete(&mut self, id: u64) -> Result<()> {
         self.writable()?;
         let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
-        self.pending_deletes.insert(slot);
+        self.mark_pending_delete(slot);
         self.dirty = true;
-        if let Some(map) = lock(&self.ids).as_mut() {
+        // Searches see the delete from this publication on; only then does the id leave the
+        // shared table (a search on an older publication still finds it live there).
+        self.publish();
+        if let Some(map) = lock(&self.shared.ids).as_mut() {
             map.remove(&id);
         }
         Ok(())
     }
 
-    /// Makes every add and delete since the last flush durable, together (decision 4: data,
-    /// fsync, the other header copy, fsync). A flush with nothing pending does nothing.
-    pub fn flush(&mut self) -> Result<()> {
+    pub(super) fn flush(&mut self) -> Result<()> {
         self.writable()?;
         if !self.dirty {
             return Ok(());
@@ -47,7 +46,7 @@ impl Index {
         };
         // The bit is defined for split vectors only (format 4); on a format 3 file it would
         // mean nothing (releases before this one set it there anyway: it is ignored).
-        if self.walk.forced.load(AtomicOrdering::Relaxed)
+        if self.shared.walk.forced.load(AtomicOrdering::Relaxed)
             && self.store.layout() == VectorLayout::SplitHalves
         {
             self.flags |= header::FLAG_EXACT_WALK;
@@ -69,11 +68,7 @@ impl Index {
         Ok(())
     }
 
-    /// Flushes, then leaves the clean-close marker in the file (docs/FORMAT.md, "Live page")
-    /// and closes: the next writer opens it without a repair pass. Dropping an index with
-    /// nothing pending does the same, ignoring errors; dropping one with changes pending
-    /// discards them and leaves no marker (the next writer repairs what they touched).
-    pub fn close(mut self) -> Result<()> {
+    pub(super) fn close(mut self) -> Result<()> {
         if self.read_only.is_none() {
             self.flush()?;
             self.store.mark_clean()?;
@@ -82,11 +77,34 @@ impl Index {
     }
 }
 
-impl Drop for Index {
+impl Drop for Writer {
     fn drop(&mut self) {
         if self.read_only.is_none() && !self.dirty {
             // Best effort: without the marker the next writer makes a repair pass.
             let _ = self.store.mark_clean();
         }
+    }
+}
+
+impl Index {
+    /// Deletes `id`. It disappears from this index's searches at once and from the file at the
+    /// next flush; its slot stays in the graph for routing until a compaction.
+    pub fn delete(&self, id: u64) -> Result<()> {
+        self.write(|w| w.delete(id))
+    }
+
+    /// Makes every add and delete since the last flush durable, together (decision 4: data,
+    /// fsync, the other header copy, fsync). A flush with nothing pending does nothing.
+    pub fn flush(&self) -> Result<()> {
+        self.write(|w| w.flush())
+    }
+
+    /// Flushes, then leaves the clean-close marker in the file (docs/FORMAT.md, "Live page")
+    /// and closes: the next writer opens it without a repair pass. Dropping an index with
+    /// nothing pending does the same, ignoring errors; dropping one with changes pending
+    /// discards them and leaves no marker (the next writer repairs what they touched).
+    pub fn close(self) -> Result<()> {
+        let writer = self.writer.into_inner().unwrap_or_else(|p| p.into_inner());
+        writer.close()
     }
 }

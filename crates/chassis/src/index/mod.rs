@@ -11,10 +11,16 @@
 //! `count`; a slot is live when it is below `count`, its deleted epoch is 0 or above the
 //! committed epoch E, and no pending delete names it.
 //!
+//! Searches never wait for writes (the ADR's deferred "in-process lock-free search beside
+//! writes"): an [`Index`] is `Send + Sync`; writes run one at a time under the writer mutex,
+//! and each publishes what searches read ([`published`]); searches load the newest
+//! publication without a lock and never touch the writer's state.
+//!
 //! The writer's code, one module per ADR decision it carries out: [`open`] (lock, versions,
 //! recovery, repair), [`id_table`] (decision 3), [`add`] (single and batch inserts), [`flush`]
 //! (deletes and the all-or-nothing flush), [`replace`] (compaction and migration, decision 8),
-//! [`walk`] (how a format 4 file is walked), [`check`] (the integrity check) and [`search`].
+//! [`walk`] (how a format 4 file is walked), [`check`] (the integrity check), [`published`]
+//! (what searches read, and how the writer hands it over) and [`search`].
 
 mod add;
 mod check;
@@ -22,23 +28,22 @@ mod flush;
 mod id_table;
 mod open;
 mod options;
+mod published;
 mod replace;
 mod search;
 mod walk;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
-use crate::filter::index::FilterIndex;
-use crate::format::header::FLAG_CUSTOM_IDS;
-use crate::format::record;
-use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::vector::VectorRef;
 use crate::graph::{Distance, GraphStore, Metric, Params, Scratch};
 use crate::query::prepare_vector;
-use crate::storage::Store;
+use crate::storage::{Regions, Store};
 
 pub use check::CheckReport;
 pub use open::OpenReport;
@@ -49,10 +54,25 @@ pub use options::{
 pub use replace::{compacting_path, migrating_path, CompactOptions, CompactReport};
 
 use id_table::IdMap;
+use published::{DeleteMarks, Published, Shared};
 use walk::WalkCheck;
 
 /// An HNSW index over one Chassis file, opened as its single writer (or read-only).
+///
+/// `Send + Sync`: share it (`Arc<Index>`, or a scoped borrow) between threads. Searches,
+/// [`Index::get`], [`Index::contains`], [`Index::len`] and [`Index::info`] run on any number
+/// of threads and never wait for a write; writes (adds, deletes, flush, compaction) run one at
+/// a time, in the order their threads take the writer mutex. A search sees the state the last
+/// finished write left (read-your-writes), or, while a write is under way, a consistent
+/// earlier one: a batch add's rows appear as they are linked, in slot order.
 pub struct Index {
+    writer: Mutex<Writer>,
+    /// The newest publication (the writer stores one after every write).
+    view: Arc<ArcSwap<Published>>,
+}
+
+/// The writer's state: only the thread holding [`Index`]'s writer mutex touches it.
+pub(crate) struct Writer {
     store: Store,
     path: Option<PathBuf>,
     dist: Distance,
@@ -66,21 +86,22 @@ pub struct Index {
     flags: u32,
     pending_deletes: HashSet<u32>,
     dirty: bool,
-    ids: Mutex<Option<IdMap>>,
-    scratch: Mutex<Vec<Scratch>>,
-    /// Field indexes of the metadata, built as filters name fields (never stored).
-    filters: RwLock<FilterIndex>,
-    /// Distance computations made by searches on this handle (for benchmarks).
-    search_distances: AtomicU64,
+    /// What the writer shares with searches of this file (replaced with the file at a
+    /// compaction).
+    shared: Arc<Shared>,
+    /// Deletes as searches read them (marked at delete, before the publication).
+    deleted: DeleteMarks,
+    /// Publications made so far (the last one's number).
+    generation: std::sync::atomic::AtomicU64,
+    /// Where this writer publishes (the handle's, kept across a compaction).
+    view: Arc<ArcSwap<Published>>,
     report: OpenReport,
-    /// Whether this file's split vectors are walked exactly, and the inserts deciding it.
-    walk: WalkCheck,
 }
 
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Index")
-            .field("path", &self.path)
+            .field("path", &self.path())
             .field("dims", &self.dims())
             .field("metric", &self.metric())
             .field("len", &self.len())
@@ -92,9 +113,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The writer's own view of the graph: every slot it has written.
+/// A graph over regions and a routing count: the writer's own (every slot it has written) and
+/// a search's (the slots its publication lets it route through).
 struct View<'a> {
-    store: &'a Store,
+    store: &'a Regions,
     count: u32,
     walk: &'a WalkCheck,
 }
@@ -128,38 +150,63 @@ impl GraphStore for View<'_> {
     }
 }
 
+/// The writer's store, held with the writer mutex ([`Index::store`]).
+pub struct StoreGuard<'a>(MutexGuard<'a, Writer>);
+
+impl std::ops::Deref for StoreGuard<'_> {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.0.store
+    }
+}
+
 impl Index {
-    fn writable(&self) -> Result<()> {
-        match self.read_only {
-            Some(reason) => Err(Error::ReadOnly { reason }),
-            None => Ok(()),
+    fn from_writer(writer: Writer) -> Index {
+        let view = Arc::clone(&writer.view);
+        writer.publish();
+        Index {
+            writer: Mutex::new(writer),
+            view,
         }
+    }
+
+    /// The newest publication: what a search reads (lock-free).
+    fn current(&self) -> arc_swap::Guard<Arc<Published>> {
+        self.view.load()
+    }
+
+    /// Runs a write under the writer mutex, then publishes what it left, whether it succeeded
+    /// or not (a failed batch may have linked part of its rows, or moved nothing).
+    fn write<T>(&self, f: impl FnOnce(&mut Writer) -> Result<T>) -> Result<T> {
+        let mut w = lock(&self.writer);
+        let r = f(&mut w);
+        w.publish();
+        r
     }
 
     /// Vector dimensions.
     pub fn dims(&self) -> usize {
-        self.store.header().dims as usize
+        self.current().regions.dims()
     }
 
     /// The metric.
     pub fn metric(&self) -> Metric {
-        self.dist.metric()
+        self.current().shared.dist.metric()
     }
 
     /// The path, for file-backed indexes.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+    pub fn path(&self) -> Option<PathBuf> {
+        self.current().path.clone()
     }
 
     /// Whether this index refuses writes, and why.
     pub fn read_only(&self) -> Option<&'static str> {
-        self.read_only
+        self.current().shared.read_only
     }
 
     /// Live vectors (this index's pending adds and deletes included).
     pub fn len(&self) -> usize {
-        let deleted = self.store.header().deleted_count as usize + self.pending_deletes.len();
-        self.count as usize - deleted.min(self.count as usize)
+        self.current().len()
     }
 
     /// Whether no live vector is stored.
@@ -169,14 +216,63 @@ impl Index {
 
     /// Whether adds or deletes are waiting for a flush.
     pub fn has_pending_changes(&self) -> bool {
-        self.dirty
+        self.current().dirty
+    }
+
+    /// A summary of the index and its file.
+    pub fn info(&self) -> Result<Info> {
+        self.current().info()
+    }
+
+    /// The graph as searches see it now, for inspection and tests.
+    pub fn graph(&self) -> impl GraphStore {
+        published::Graph::new(self.view.load_full())
+    }
+
+    /// The storage layer (inspection and tests); holds the writer mutex while borrowed.
+    pub fn store(&self) -> StoreGuard<'_> {
+        StoreGuard(lock(&self.writer))
+    }
+
+    /// Upper layers of a slot's node (inspection and tests).
+    pub fn node_level(&self, slot: u32) -> usize {
+        self.current().regions.upper_layers(slot)
+    }
+
+    /// Level-0 neighbor slots of a slot (inspection and tests).
+    pub fn level0_neighbors(&self, slot: u32) -> Vec<u32> {
+        self.current().level0_neighbors(slot)
+    }
+}
+
+impl Writer {
+    fn writable(&self) -> Result<()> {
+        match self.read_only {
+            Some(reason) => Err(Error::ReadOnly { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Vector dimensions.
+    fn dims(&self) -> usize {
+        self.store.header().dims as usize
+    }
+
+    fn metric(&self) -> Metric {
+        self.dist.metric()
+    }
+
+    /// Live vectors (this index's pending adds and deletes included).
+    fn len(&self) -> usize {
+        let deleted = self.store.header().deleted_count as usize + self.pending_deletes.len();
+        self.count as usize - deleted.min(self.count as usize)
     }
 
     fn check_vector(&self, v: &[f32]) -> Result<Vec<f32>> {
         prepare_vector(self.metric(), self.dims(), v)
     }
 
-    /// Whether `slot` is live in this index's view.
+    /// Whether `slot` is live in this writer's view.
     #[inline]
     fn slot_live(&self, slot: u32) -> bool {
         if slot >= self.count {
@@ -199,78 +295,27 @@ impl Index {
     }
 
     fn take_scratch(&self) -> Scratch {
-        lock(&self.scratch).pop().unwrap_or_default()
+        self.shared.take_scratch()
     }
 
     fn put_scratch(&self, s: Scratch) {
-        lock(&self.scratch).push(s);
+        self.shared.put_scratch(s)
     }
 
-    /// A summary of the index and its file.
-    pub fn info(&self) -> Result<Info> {
-        let h = self.store.header();
-        Ok(Info {
-            dims: self.dims(),
-            metric: self.metric(),
-            m: self.params.m,
-            m0: self.params.m0,
-            ef_construction: self.params.ef_construction,
-            count: self.len() as u64,
-            deleted: h.deleted_count + self.pending_deletes.len() as u64,
-            committed_count: h.committed_count,
-            committed_deleted: h.deleted_count,
-            slots: u64::from(self.count),
-            delete_epoch: h.delete_epoch,
-            pending_delete_epoch: h.pending_delete_epoch,
-            sequence: h.sequence,
-            header_copy: if self.store.header_copy() == 0 {
-                'A'
-            } else {
-                'B'
-            },
-            max_layer: self.entry.map_or(0, |e| e.1),
-            geometry: self.store.geometry(),
-            segments: self.store.segment_count(),
-            upper_heap_chunks: self.store.upper_chunk_count(),
-            table_pages: self.store.table_page_count(),
-            custom_ids: self.flags & FLAG_CUSTOM_IDS != 0,
-            read_only: self.read_only,
-            file_bytes: self.store.storage().len()?,
-            versions: (h.read_version, h.write_version),
-            vector_layout: h.layout(),
-            exact_walk: h.layout() == VectorLayout::SplitHalves && self.walk.exact(),
-            metadata_bytes: self.store.metadata_bytes(),
-            metadata_chunks: self.store.metadata_chunk_count(),
-            indexed_fields: self.indexed_fields(),
-        })
+    /// Marks `slot` deleted, for searches from the next publication on.
+    fn mark_pending_delete(&mut self, slot: u32) {
+        self.pending_deletes.insert(slot);
+        let next = self.generation.load(std::sync::atomic::Ordering::Relaxed) + 1;
+        self.deleted.set(slot, next);
     }
 
-    /// The writer's graph as searches see it (every written slot), for inspection and tests.
-    pub fn graph(&self) -> impl GraphStore + '_ {
-        View {
-            store: &self.store,
-            count: self.count,
-            walk: &self.walk,
-        }
-    }
-
-    /// The storage layer (inspection and tests).
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// Upper layers of a slot's node (inspection and tests).
-    pub fn node_level(&self, slot: u32) -> usize {
-        self.store.upper_layers(slot)
-    }
-
-    /// Level-0 neighbor slots of a slot (inspection and tests).
-    pub fn level0_neighbors(&self, slot: u32) -> Vec<u32> {
-        self.store.level0(slot).map_or_else(Vec::new, |w| {
-            w.iter()
-                .map(|x| x.load(std::sync::atomic::Ordering::Relaxed))
-                .filter(|&n| n != record::EMPTY)
-                .collect()
-        })
+    /// Publishes R to readers in other processes (the live page) and to this process's
+    /// searches.
+    fn publish_routing(&self, r: u32) -> Result<()> {
+        self.store.publish_routing_count(u64::from(r))?;
+        self.shared
+            .routed
+            .store(r, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 }

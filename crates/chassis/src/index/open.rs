@@ -9,8 +9,10 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwap;
 
 use crate::filter::index::FilterIndex;
 
@@ -22,8 +24,9 @@ use crate::graph::{self, support, Distance, Metric, Params};
 use crate::os::{FileStorage, MemStorage, Storage};
 use crate::storage::Store;
 
+use super::published::{DeleteMarks, Published, Shared};
 use super::walk::WalkCheck;
-use super::{Index, Options, View};
+use super::{lock, Index, Options, View, Writer};
 
 /// What opening an index as its writer found and did.
 ///
@@ -70,37 +73,27 @@ pub(super) fn not_ours_to_write(h: &Header) -> Option<&'static str> {
     }
 }
 
-impl Index {
-    /// Creates a new index file at `path` (which must not exist, or be empty) and opens it as
-    /// the writer. The file is durable, directory entry included, when this returns.
-    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Index> {
+impl Writer {
+    pub(super) fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer> {
         let path = path.as_ref();
         let new = options.validate()?;
         let storage = FileStorage::create(path)?;
         storage.try_lock_exclusive()?;
         let store = Store::create(Arc::new(storage), &new)?;
-        Index::from_store(store, Some(path.to_path_buf()), None)
+        Writer::from_store(store, Some(path.to_path_buf()), None)
     }
 
-    /// Opens an existing index file as its writer, holding an exclusive lock for the life of
-    /// the `Index`. A second writer gets [`Error::Locked`] at once. A file whose write version
-    /// is newer than this release opens read-only, as SQLite does, and without the lock (the
-    /// newer release's writer must still be able to open it).
-    ///
-    /// A file with flag bits this release doesn't know opens read-only the same way: rewriting
-    /// its header would drop a bit whose meaning this release can't keep (docs/FORMAT.md,
-    /// "Compatibility").
-    pub fn open(path: impl AsRef<Path>) -> Result<Index> {
+    pub(super) fn open(path: impl AsRef<Path>) -> Result<Writer> {
         let path = path.as_ref();
-        let storage = Index::open_locked(path)?;
+        let storage = Writer::open_locked(path)?;
         let (current, _) = crate::storage::read_current_header(&storage)?;
         if not_ours_to_write(&current).is_some() {
             // Without the lock: the newer release's writer must still be able to open it.
             drop(storage);
             let storage = FileStorage::open(path, false)?;
-            return Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true);
+            return Writer::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true);
         }
-        Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
+        Writer::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), true)
     }
 
     /// Opens `path` for writing and takes its lock, then re-checks that the path still names
@@ -120,44 +113,37 @@ impl Index {
         ))))
     }
 
-    /// Opens an existing index file read-only, without a lock and without recovery: searches
-    /// see the state committed when it was opened. To follow a writer that keeps working, with
-    /// a fresh snapshot per search, use [`crate::IndexReader`].
-    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Index> {
+    pub(super) fn open_read_only(path: impl AsRef<Path>) -> Result<Writer> {
         let path = path.as_ref();
         let storage = FileStorage::open(path, false)?;
-        Index::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), false)
+        Writer::open_storage_inner(Arc::new(storage), Some(path.to_path_buf()), false)
     }
 
-    /// Creates an index in any [`Storage`] (for example [`MemStorage`]), taking its lock.
-    pub fn create_in(storage: Arc<dyn Storage>, options: Options) -> Result<Index> {
+    pub(super) fn create_in(storage: Arc<dyn Storage>, options: Options) -> Result<Writer> {
         let new = options.validate()?;
         storage.try_lock_exclusive()?;
         let store = Store::create(storage, &new)?;
-        Index::from_store(store, None, None)
+        Writer::from_store(store, None, None)
     }
 
-    /// Opens an index in any [`Storage`] as its writer, taking its lock.
-    pub fn open_in(storage: Arc<dyn Storage>) -> Result<Index> {
+    pub(super) fn open_in(storage: Arc<dyn Storage>) -> Result<Writer> {
         storage.try_lock_exclusive()?;
-        Index::open_storage_inner(storage, None, true)
+        Writer::open_storage_inner(storage, None, true)
     }
 
-    /// Opens an index in any [`Storage`] read-only: no lock, no recovery.
-    pub fn open_in_read_only(storage: Arc<dyn Storage>) -> Result<Index> {
-        Index::open_storage_inner(storage, None, false)
+    pub(super) fn open_in_read_only(storage: Arc<dyn Storage>) -> Result<Writer> {
+        Writer::open_storage_inner(storage, None, false)
     }
 
-    /// A new in-memory index (nothing reaches a disk); handy for tests and scratch work.
-    pub fn in_memory(options: Options, capacity_bytes: usize) -> Result<Index> {
-        Index::create_in(Arc::new(MemStorage::new(capacity_bytes)?), options)
+    pub(super) fn in_memory(options: Options, capacity_bytes: usize) -> Result<Writer> {
+        Writer::create_in(Arc::new(MemStorage::new(capacity_bytes)?), options)
     }
 
     pub(super) fn open_storage_inner(
         storage: Arc<dyn Storage>,
         path: Option<PathBuf>,
         write: bool,
-    ) -> Result<Index> {
+    ) -> Result<Writer> {
         // Headers first: a file with a newer write version must not be mapped for writing.
         let (current, _) = crate::storage::read_current_header(&*storage)?;
         let read_only = match (write, not_ours_to_write(&current)) {
@@ -166,14 +152,14 @@ impl Index {
             (true, None) => None,
         };
         let store = Store::open(storage, read_only.is_none())?;
-        Index::from_store(store, path, read_only)
+        Writer::from_store(store, path, read_only)
     }
 
     pub(super) fn from_store(
         store: Store,
         path: Option<PathBuf>,
         read_only: Option<&'static str>,
-    ) -> Result<Index> {
+    ) -> Result<Writer> {
         let h = store.header().clone();
         let metric = Metric::from_code(h.metric)?;
         let count = h.committed_count as u32;
@@ -182,15 +168,28 @@ impl Index {
         } else {
             Some((h.entry_point, h.max_layer as usize))
         };
-        let index = Index {
-            path,
+        let params = Params {
+            m: h.m as usize,
+            m0: h.m0 as usize,
+            ef_construction: (h.ef_construction as usize).max(1),
+            max_layers: h.max_layers as usize,
+        };
+        let shared = Arc::new(Shared {
             dist: Distance::new(metric),
-            params: Params {
-                m: h.m as usize,
-                m0: h.m0 as usize,
-                ef_construction: (h.ef_construction as usize).max(1),
-                max_layers: h.max_layers as usize,
-            },
+            params,
+            read_only,
+            storage: Arc::clone(store.storage()),
+            ids: Mutex::new(None),
+            scratch: Mutex::new(Vec::new()),
+            filters: RwLock::new(FilterIndex::new()),
+            search_distances: AtomicU64::new(0),
+            walk: WalkCheck::new(h.flags, h.committed_count, metric),
+            routed: AtomicU32::new(count),
+        });
+        let index = Writer {
+            path: path.clone(),
+            dist: Distance::new(metric),
+            params,
             seed: h.seed,
             read_only,
             count,
@@ -212,12 +211,13 @@ impl Index {
             },
             pending_deletes: HashSet::new(),
             dirty: false,
-            ids: Mutex::new(None),
-            scratch: Mutex::new(Vec::new()),
-            filters: RwLock::new(FilterIndex::new()),
-            search_distances: AtomicU64::new(0),
+            shared: Arc::clone(&shared),
+            deleted: DeleteMarks::default(),
+            generation: AtomicU64::new(0),
+            view: Arc::new(ArcSwap::from_pointee(Published::initial(
+                &shared, &store, count, entry, &path,
+            ))),
             report: OpenReport::default(),
-            walk: WalkCheck::new(h.flags, h.committed_count, metric),
             store,
         };
         let mut index = index;
@@ -241,7 +241,7 @@ impl Index {
                 return Ok(index);
             }
             // R is not durable: the writer resets it to N before any ghost slot is reused.
-            index.store.publish_routing_count(u64::from(count))?;
+            index.publish_routing(count)?;
             index.store.publish_regions()?;
             let repair = index.repair_graph()?;
             index.report = OpenReport {
@@ -257,15 +257,7 @@ impl Index {
         Ok(index)
     }
 
-    /// What opening this index found (recovery, unreachable vectors).
-    pub fn open_report(&self) -> &OpenReport {
-        &self.report
-    }
-
-    /// Live vectors that no layer-0 path from the entry point reaches. Layer 0 is where every
-    /// search ends (upper layers only choose where it starts), so a vector linked only from
-    /// upper layers is as lost to searches as one with no links at all.
-    pub fn unreachable_count(&self) -> u64 {
+    pub(super) fn unreachable_count(&self) -> u64 {
         self.unreachable_slots().len() as u64
     }
 
@@ -330,7 +322,7 @@ impl Index {
         let view = View {
             store: &self.store,
             count: self.count,
-            walk: &self.walk,
+            walk: &self.shared.walk,
         };
         for &slot in &damaged {
             graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);
@@ -356,4 +348,63 @@ pub(super) struct Repair {
     pub(super) lists: u64,
     pub(super) unreachable: u64,
     pub(super) unsupported: u64,
+}
+
+impl Index {
+    /// Creates a new index file at `path` (which must not exist, or be empty) and opens it as
+    /// the writer. The file is durable, directory entry included, when this returns.
+    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Index> {
+        Writer::create(path, options).map(Index::from_writer)
+    }
+
+    /// Opens an existing index file as its writer, holding an exclusive lock for the life of
+    /// the `Index`. A second writer gets [`Error::Locked`] at once. A file whose write version
+    /// is newer than this release opens read-only, as SQLite does, and without the lock (the
+    /// newer release's writer must still be able to open it).
+    ///
+    /// A file with flag bits this release doesn't know opens read-only the same way: rewriting
+    /// its header would drop a bit whose meaning this release can't keep (docs/FORMAT.md,
+    /// "Compatibility").
+    pub fn open(path: impl AsRef<Path>) -> Result<Index> {
+        Writer::open(path).map(Index::from_writer)
+    }
+
+    /// Opens an existing index file read-only, without a lock and without recovery: searches
+    /// see the state committed when it was opened. To follow a writer that keeps working, with
+    /// a fresh snapshot per search, use [`crate::IndexReader`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Index> {
+        Writer::open_read_only(path).map(Index::from_writer)
+    }
+
+    /// Creates an index in any [`Storage`] (for example [`MemStorage`]), taking its lock.
+    pub fn create_in(storage: Arc<dyn Storage>, options: Options) -> Result<Index> {
+        Writer::create_in(storage, options).map(Index::from_writer)
+    }
+
+    /// Opens an index in any [`Storage`] as its writer, taking its lock.
+    pub fn open_in(storage: Arc<dyn Storage>) -> Result<Index> {
+        Writer::open_in(storage).map(Index::from_writer)
+    }
+
+    /// Opens an index in any [`Storage`] read-only: no lock, no recovery.
+    pub fn open_in_read_only(storage: Arc<dyn Storage>) -> Result<Index> {
+        Writer::open_in_read_only(storage).map(Index::from_writer)
+    }
+
+    /// A new in-memory index (nothing reaches a disk); handy for tests and scratch work.
+    pub fn in_memory(options: Options, capacity_bytes: usize) -> Result<Index> {
+        Writer::in_memory(options, capacity_bytes).map(Index::from_writer)
+    }
+
+    /// What opening this index found (recovery, unreachable vectors).
+    pub fn open_report(&self) -> OpenReport {
+        self.current().report.clone()
+    }
+
+    /// Live vectors that no layer-0 path from the entry point reaches. Layer 0 is where every
+    /// search ends (upper layers only choose where it starts), so a vector linked only from
+    /// upper layers is as lost to searches as one with no links at all.
+    pub fn unreachable_count(&self) -> u64 {
+        lock(&self.writer).unreachable_count()
+    }
 }

@@ -18,7 +18,7 @@ use crate::os::{FileStorage, Storage};
 use crate::storage::Store;
 
 use super::add::PARALLEL_CHUNK;
-use super::{Index, Options};
+use super::{Index, Options, Writer};
 
 /// What [`Index::compact`] may change; `None` keeps the index's current value.
 #[derive(Clone, Debug, Default)]
@@ -63,26 +63,12 @@ pub fn migrating_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-impl Index {
-    /// Rewrites the index into a new file holding only its live vectors, with a freshly built
-    /// graph (ADR-0008 decision 8, the project's ADR-0011): this reclaims deleted vectors'
-    /// space, reconnects anything a crash left unreachable, and is the only way to change M.
-    ///
-    /// Pending adds and deletes are flushed first. Every id survives unchanged, index-assigned
-    /// ones included. The protocol: check that the disk has room for the second copy; write
-    /// `<name>.compacting` beside the index (replacing a leftover one) and make it durable;
-    /// commit the "superseded" flag in the old file; rename the new file over the path; fsync
-    /// the directory; continue as the writer of the new file. A crash at any step leaves a
-    /// complete index at the path: the old one before the rename, the new one after. Readers
-    /// in other processes finish their current search on the old file and move to the new one.
-    ///
-    /// Needs an index opened from a path. The file at the path is replaced, never shrunk.
-    pub fn compact(&mut self, options: CompactOptions) -> Result<CompactReport> {
+impl Writer {
+    pub(super) fn compact(&mut self, options: CompactOptions) -> Result<CompactReport> {
         self.compact_with_progress(options, |_, _| {})
     }
 
-    /// [`Index::compact`], calling `progress(done, total)` as live vectors are copied.
-    pub fn compact_with_progress(
+    pub(super) fn compact_with_progress(
         &mut self,
         options: CompactOptions,
         progress: impl FnMut(usize, usize),
@@ -160,21 +146,19 @@ impl Index {
             };
         }
         new.path = Some(path.clone());
+        // Searches move to the new file with the next publication; those under way finish
+        // on the old one (its mappings live as long as their publication).
+        new.view = Arc::clone(&self.view);
         *self = new;
         crate::os::sync_dir_of(&path)?;
         Ok(report)
     }
 
-    /// The storage-level half of [`Index::compact`], for any [`Storage`]: builds the
-    /// compacted index in `storage` (an empty file, locked by the caller), makes it durable,
-    /// then commits the "superseded" flag in this index's file and returns the new index. The
-    /// caller then makes the new file current (for a path, by renaming it over the old one
-    /// and syncing the directory); until then this file is complete and current.
-    pub fn compact_into(
+    pub(super) fn compact_into(
         &mut self,
         storage: Arc<dyn Storage>,
         options: CompactOptions,
-    ) -> Result<(Index, CompactReport)> {
+    ) -> Result<(Writer, CompactReport)> {
         self.compact_into_with_progress(storage, options, |_, _| {})
     }
 
@@ -201,14 +185,14 @@ impl Index {
         storage: Arc<dyn Storage>,
         options: CompactOptions,
         mut progress: impl FnMut(usize, usize),
-    ) -> Result<(Index, CompactReport)> {
+    ) -> Result<(Writer, CompactReport)> {
         self.writable()?;
         self.flush()?;
         let opts = self.compact_options(&options)?;
         let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
         let new_file = opts.validate()?;
         let store = Store::create(storage, &new_file)?;
-        let mut new = Index::from_store(store, None, None)?;
+        let mut new = Writer::from_store(store, None, None)?;
         let mut renumbered = false;
         // Batches of live vectors, linked on `options.threads` threads; the copy of one batch
         // is all the memory the rebuild holds beside the two files.
@@ -253,36 +237,20 @@ impl Index {
         Ok((new, report))
     }
 
-    /// Converts an hnswlib index file (`Index.save_index` of hnswlib 0.7 or 0.8) into a new
-    /// Chassis file at `dst`, converting the graph instead of rebuilding it (ADR-0008 decision 8
-    /// as the project reads it): labels become custom ids, hnswlib's deleted marks become
-    /// deletes, upper layers go into the upper heap; O(n). hnswlib does not store its space, so
-    /// the caller names the metric (`l2` → [`Metric::L2Squared`], `ip` →
-    /// [`Metric::InnerProduct`], `cosine` → [`Metric::Cosine`]; hnswlib stored cosine vectors
-    /// normalised, and they are kept bit for bit).
-    ///
-    /// The protocol: write `<dst>.migrating` (replacing a leftover one) holding its lock,
-    /// flush (fsync), rename it to `dst`, fsync the directory, and return it open as the
-    /// writer. `dst` must not exist. The graph is hnswlib's, word for word, plus the edges
-    /// that give every node a supporter (graph/support.rs; hnswlib leaves some vectors
-    /// unreachable): searches return hnswlib's ids at the same ef on the same queries, except
-    /// where those edges lead a search elsewhere (on the test fixtures: none of 100 queries
-    /// under l2 and cosine, 5 under inner product, at equal or better recall).
-    pub fn migrate_hnswlib(
+    pub(super) fn migrate_hnswlib(
         src: impl AsRef<Path>,
         dst: impl AsRef<Path>,
         metric: Metric,
-    ) -> Result<Index> {
-        Index::migrate_hnswlib_with_progress(src, dst, metric, |_, _| {})
+    ) -> Result<Writer> {
+        Writer::migrate_hnswlib_with_progress(src, dst, metric, |_, _| {})
     }
 
-    /// [`Index::migrate_hnswlib`], calling `progress(done, total)` as elements are converted.
-    pub fn migrate_hnswlib_with_progress(
+    pub(super) fn migrate_hnswlib_with_progress(
         src: impl AsRef<Path>,
         dst: impl AsRef<Path>,
         metric: Metric,
         mut progress: impl FnMut(usize, usize),
-    ) -> Result<Index> {
+    ) -> Result<Writer> {
         use crate::format::hnswlib::HnswlibFile;
         let (src, dst) = (src.as_ref(), dst.as_ref());
         if dst.exists() {
@@ -309,7 +277,7 @@ impl Index {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        let mut ix = Index::create(&tmp, opts)?;
+        let mut ix = Writer::create(&tmp, opts)?;
         let n = u32::try_from(h.count).map_err(|_| Error::Full {
             max: u64::from(u32::MAX),
         })?;
@@ -367,7 +335,7 @@ impl Index {
                 }
             }
             if e.deleted {
-                ix.pending_deletes.insert(i);
+                ix.mark_pending_delete(i);
             }
         }
         ix.count = n;
@@ -375,7 +343,7 @@ impl Index {
         ix.next_id = next_id;
         ix.flags |= FLAG_CUSTOM_IDS;
         ix.dirty = true;
-        ix.store.publish_routing_count(u64::from(n))?;
+        ix.publish_routing(n)?;
         // hnswlib keeps no such guarantee: give every node a supporter (graph/support.rs), so
         // that every migrated vector is reachable from the entry point.
         ix.repair_graph()?;
@@ -385,6 +353,94 @@ impl Index {
         crate::os::rename_durably(&tmp, dst)?;
         ix.path = Some(dst.to_path_buf());
         Ok(ix)
+    }
+}
+
+impl Index {
+    /// Rewrites the index into a new file holding only its live vectors, with a freshly built
+    /// graph (ADR-0008 decision 8, the project's ADR-0011): this reclaims deleted vectors'
+    /// space, reconnects anything a crash left unreachable, and is the only way to change M.
+    ///
+    /// Pending adds and deletes are flushed first. Every id survives unchanged, index-assigned
+    /// ones included. The protocol: check that the disk has room for the second copy; write
+    /// `<name>.compacting` beside the index (replacing a leftover one) and make it durable;
+    /// commit the "superseded" flag in the old file; rename the new file over the path; fsync
+    /// the directory; continue as the writer of the new file. A crash at any step leaves a
+    /// complete index at the path: the old one before the rename, the new one after. Readers
+    /// in other processes finish their current search on the old file and move to the new one.
+    ///
+    /// Needs an index opened from a path. The file at the path is replaced, never shrunk.
+    pub fn compact(&self, options: CompactOptions) -> Result<CompactReport> {
+        self.write(|w| w.compact(options))
+    }
+
+    /// [`Index::compact`], calling `progress(done, total)` as live vectors are copied.
+    pub fn compact_with_progress(
+        &self,
+        options: CompactOptions,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<CompactReport> {
+        self.write(|w| w.compact_with_progress(options, progress))
+    }
+
+    /// The storage-level half of [`Index::compact`], for any [`Storage`]: builds the
+    /// compacted index in `storage` (an empty file, locked by the caller), makes it durable,
+    /// then commits the "superseded" flag in this index's file and returns the new index. The
+    /// caller then makes the new file current (for a path, by renaming it over the old one
+    /// and syncing the directory); until then this file is complete and current.
+    pub fn compact_into(
+        &self,
+        storage: Arc<dyn Storage>,
+        options: CompactOptions,
+    ) -> Result<(Index, CompactReport)> {
+        self.write(|w| w.compact_into(storage, options))
+            .map(|(w, r)| (Index::from_writer(w), r))
+    }
+
+    /// Converts an hnswlib index file (`Index.save_index` of hnswlib 0.7 or 0.8) into a new
+    /// Chassis file at `dst`, converting the graph instead of rebuilding it (ADR-0008 decision 8
+    /// as the project reads it): labels become custom ids, hnswlib's deleted marks become
+    /// deletes, upper layers go into the upper heap; O(n). hnswlib does not store its space, so
+    /// the caller names the metric (`l2` → [`Metric::L2Squared`], `ip` →
+    /// [`Metric::InnerProduct`], `cosine` → [`Metric::Cosine`]; hnswlib stored cosine vectors
+    /// normalised, and they are kept bit for bit).
+    ///
+    /// The protocol: write `<dst>.migrating` (replacing a leftover one) holding its lock,
+    /// flush (fsync), rename it to `dst`, fsync the directory, and return it open as the
+    /// writer. `dst` must not exist. The graph is hnswlib's, word for word, plus the edges
+    /// that give every node a supporter (graph/support.rs; hnswlib leaves some vectors
+    /// unreachable): searches return hnswlib's ids at the same ef on the same queries, except
+    /// where those edges lead a search elsewhere (on the test fixtures: none of 100 queries
+    /// under l2 and cosine, 5 under inner product, at equal or better recall).
+    pub fn migrate_hnswlib(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+    ) -> Result<Index> {
+        Writer::migrate_hnswlib(src, dst, metric).map(Index::from_writer)
+    }
+
+    /// [`Index::migrate_hnswlib`], calling `progress(done, total)` as elements are converted.
+    pub fn migrate_hnswlib_with_progress(
+        src: impl AsRef<Path>,
+        dst: impl AsRef<Path>,
+        metric: Metric,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Index> {
+        Writer::migrate_hnswlib_with_progress(src, dst, metric, progress).map(Index::from_writer)
+    }
+}
+
+#[cfg(test)]
+impl Index {
+    /// [`Writer::compact_at_path`] on the handle (tests).
+    pub(super) fn compact_at_path(
+        &self,
+        options: CompactOptions,
+        progress: impl FnMut(usize, usize),
+        rename: impl FnOnce(&Path, &Path) -> Result<()>,
+    ) -> Result<CompactReport> {
+        self.write(|w| w.compact_at_path(options, progress, rename))
     }
 }
 
@@ -399,7 +455,7 @@ mod tests {
     use crate::reader::IndexReader;
 
     fn index_at(path: &Path) -> Index {
-        let mut ix = Index::create(path, Options::new(4, Metric::L2Squared).m(8)).unwrap();
+        let ix = Index::create(path, Options::new(4, Metric::L2Squared).m(8)).unwrap();
         for i in 0..300u32 {
             let x = i as f32;
             ix.add(&[x.sin(), x.cos(), (x * 0.3).sin(), 1.0]).unwrap();
@@ -418,7 +474,7 @@ mod tests {
     fn a_failed_rename_takes_the_superseded_flag_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.chassis");
-        let mut ix = index_at(&path);
+        let ix = index_at(&path);
         let err = ix
             .compact_at_path(
                 CompactOptions::default(),
@@ -450,7 +506,7 @@ mod tests {
     fn a_reader_follows_a_compaction_on_its_next_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.chassis");
-        let mut ix = index_at(&path);
+        let ix = index_at(&path);
         let reader = IndexReader::open(&path).unwrap();
         assert_eq!(reader.snapshot().unwrap().len(), 200);
         ix.compact_at_path(

@@ -1,8 +1,11 @@
 //! Searches on the writer's own view (read-your-writes, ADR-0007): the graph search with its
 //! widening fallback, and the exact scan behind it.
 //!
-//! Invariant: a search returns min(k, live vectors) hits, live in this writer's view, nearest
-//! first, each with its exact distance.
+//! Every search runs on one publication of the writer's state ([`Published`]) and takes no
+//! lock a write holds (module `published`).
+//!
+//! Invariant: a search returns min(k, live vectors) hits, live in the publication it read,
+//! nearest first, each with its exact distance.
 
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -15,126 +18,33 @@ use crate::format::metadata::DocRef;
 use crate::graph::{self, AlignedVector, Scored};
 use crate::query::Neighbor;
 
-use super::{Index, View};
+use super::published::Published;
+use super::Index;
 
 impl Index {
     /// Distance computations made by every [`Index::search`] on this handle so far (graph
     /// searches only; a final scan over all slots is not counted). For benchmarks: the count
     /// per query measures graph quality independently of the machine.
     pub fn search_distance_count(&self) -> u64 {
-        self.search_distances.load(AtomicOrdering::Relaxed)
+        self.current()
+            .shared
+            .search_distances
+            .load(AtomicOrdering::Relaxed)
     }
 
     /// The `k` nearest live vectors to `query`, nearest first, searching with beam width
     /// `max(ef, k)`. Returns min(k, len()) hits: if the graph search finds fewer (many deletes,
-    /// unreachable nodes), it widens the beam and finally scans every live slot.
+    /// unreachable nodes), it widens the beam and finally scans every live slot. Never waits
+    /// for a write on another thread (it reads the writer's last publication).
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<Neighbor>> {
-        if k == 0 {
-            return Err(Error::InvalidArgument("k must be at least 1".into()));
-        }
-        let q = AlignedVector::new(&self.check_vector(query)?);
-        let want = k.min(self.len());
-        let Some((ep, max_layer)) = self.entry else {
-            return Ok(Vec::new());
-        };
-        if want == 0 {
-            return Ok(Vec::new());
-        }
-        let view = View {
-            store: &self.store,
-            count: self.count,
-            walk: &self.walk,
-        };
-        let no_deletes = self.store.header().deleted_count == 0 && self.pending_deletes.is_empty();
-        let mut scratch = self.take_scratch();
-        let distances_before = scratch.distance_count;
-        let mut ef = ef.max(k);
-        let hits = loop {
-            // Two calls, not one with a runtime branch in the predicate: with no deletes the
-            // filter compiles away from the hot loop.
-            let hits = if no_deletes {
-                graph::search(
-                    &view,
-                    &self.dist,
-                    &q,
-                    ep,
-                    max_layer,
-                    k,
-                    ef,
-                    |_| true,
-                    &mut scratch,
-                )
-            } else {
-                graph::search(
-                    &view,
-                    &self.dist,
-                    &q,
-                    ep,
-                    max_layer,
-                    k,
-                    ef,
-                    |s| self.slot_live(s),
-                    &mut scratch,
-                )
-            };
-            if hits.len() >= want {
-                break hits;
-            }
-            if ef >= self.count as usize {
-                break self.brute_force(&q, k);
-            }
-            ef = ef.saturating_mul(4);
-        };
-        self.search_distances.fetch_add(
-            scratch.distance_count - distances_before,
-            AtomicOrdering::Relaxed,
-        );
-        self.put_scratch(scratch);
-        hits.into_iter()
-            .map(|s| {
-                Ok(Neighbor {
-                    id: self.id_of(s.slot)?,
-                    distance: s.distance,
-                })
-            })
-            .collect()
-    }
-
-    pub(super) fn brute_force(&self, q: &[f32], k: usize) -> Vec<Scored> {
-        let mut buf = Vec::new();
-        let mut all: Vec<Scored> = (0..self.count)
-            .filter(|&s| self.slot_live(s))
-            .filter_map(|s| {
-                self.store.vector(s).map(|v| Scored {
-                    distance: self.dist.exact(q, v, &mut buf),
-                    slot: s,
-                })
-            })
-            .collect();
-        all.sort_unstable();
-        all.truncate(k);
-        all
+        self.current().search(query, k, ef)
     }
 
     /// Every live id, in slot order.
     pub fn ids(&self) -> Result<Vec<u64>> {
-        (0..self.count)
-            .filter(|&s| self.slot_live(s))
-            .map(|s| self.id_of(s))
-            .collect()
+        self.current().ids()
     }
-}
 
-/// The writer's documents, for the filter index.
-struct Docs<'a>(&'a crate::storage::Store);
-
-impl DocSource for Docs<'_> {
-    fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
-        self.0.metadata(slot)
-    }
-}
-
-impl Index {
     /// The `k` nearest live vectors whose metadata passes `filter`, nearest first: exact
     /// distances, and min(k, live vectors that pass) of them (see [`crate::filter`] for the
     /// language and how each query chooses between scanning what passes and searching the
@@ -159,39 +69,172 @@ impl Index {
         ef: usize,
         filter: &Filter,
     ) -> Result<(Vec<Neighbor>, Strategy)> {
+        self.current().search_filtered_with(query, k, ef, filter)
+    }
+
+    /// Names of the metadata fields this handle has indexed (those filters named so far).
+    pub fn indexed_fields(&self) -> Vec<String> {
+        self.current().indexed_fields()
+    }
+}
+
+impl Published {
+    fn id_of(&self, slot: u32) -> Result<u64> {
+        self.regions
+            .slot_header(slot)
+            .map(|(id, _, _)| id)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))
+    }
+
+    fn prepare(&self, query: &[f32]) -> Result<AlignedVector> {
+        let v =
+            crate::query::prepare_vector(self.shared.dist.metric(), self.regions.dims(), query)?;
+        Ok(AlignedVector::new(&v))
+    }
+
+    pub(super) fn search(&self, query: &[f32], k: usize, ef: usize) -> Result<Vec<Neighbor>> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        let q = self.prepare(query)?;
+        let routing = self.routing();
+        let want = k.min(self.len_at(routing));
+        let Some((ep, max_layer)) = self.entry else {
+            return Ok(Vec::new());
+        };
+        if want == 0 {
+            return Ok(Vec::new());
+        }
+        let view = self.view(routing);
+        let no_deletes = self.no_deletes();
+        let dist = &self.shared.dist;
+        let mut scratch = self.shared.take_scratch();
+        let distances_before = scratch.distance_count;
+        let mut ef = ef.max(k);
+        let hits = loop {
+            // Two calls, not one with a runtime branch in the predicate: with no deletes the
+            // filter compiles away from the hot loop.
+            let hits = if no_deletes {
+                graph::search(
+                    &view,
+                    dist,
+                    &q,
+                    ep,
+                    max_layer,
+                    k,
+                    ef,
+                    |_| true,
+                    &mut scratch,
+                )
+            } else {
+                graph::search(
+                    &view,
+                    dist,
+                    &q,
+                    ep,
+                    max_layer,
+                    k,
+                    ef,
+                    |s| self.slot_live(s, routing),
+                    &mut scratch,
+                )
+            };
+            if hits.len() >= want {
+                break hits;
+            }
+            if ef >= routing as usize {
+                break self.brute_force(&q, k, routing);
+            }
+            ef = ef.saturating_mul(4);
+        };
+        self.shared.search_distances.fetch_add(
+            scratch.distance_count - distances_before,
+            AtomicOrdering::Relaxed,
+        );
+        self.shared.put_scratch(scratch);
+        hits.into_iter()
+            .map(|s| {
+                Ok(Neighbor {
+                    id: self.id_of(s.slot)?,
+                    distance: s.distance,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn brute_force(&self, q: &[f32], k: usize, routing: u32) -> Vec<Scored> {
+        let mut buf = Vec::new();
+        let mut all: Vec<Scored> = (0..routing)
+            .filter(|&s| self.slot_live(s, routing))
+            .filter_map(|s| {
+                self.regions.vector(s).map(|v| Scored {
+                    distance: self.shared.dist.exact(q, v, &mut buf),
+                    slot: s,
+                })
+            })
+            .collect();
+        all.sort_unstable();
+        all.truncate(k);
+        all
+    }
+
+    pub(super) fn ids(&self) -> Result<Vec<u64>> {
+        let routing = self.routing();
+        (0..routing)
+            .filter(|&s| self.slot_live(s, routing))
+            .map(|s| self.id_of(s))
+            .collect()
+    }
+}
+
+/// The documents of a publication's regions, for the filter index.
+struct Docs<'a>(&'a crate::storage::Regions);
+
+impl DocSource for Docs<'_> {
+    fn doc(&self, slot: u32) -> Result<DocRef<'_>> {
+        self.0.metadata(slot)
+    }
+}
+
+impl Published {
+    pub(super) fn search_filtered_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        filter: &Filter,
+    ) -> Result<(Vec<Neighbor>, Strategy)> {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
         filter.validate()?;
-        let q = AlignedVector::new(&self.check_vector(query)?);
+        let q = self.prepare(query)?;
+        let routing = self.routing();
         let fields = filter.fields();
-        if !read(&self.filters).ready(&fields, self.count) {
-            write(&self.filters).prepare(&fields, self.count, &Docs(&self.store))?;
+        let filters = &self.shared.filters;
+        if !read(filters).ready(&fields, routing) {
+            write(filters).prepare(&fields, routing, &Docs(&self.regions))?;
         }
-        let index = read(&self.filters);
+        let index = read(filters);
         let compiled = index.compile(filter);
-        let view = View {
-            store: &self.store,
-            count: self.count,
-            walk: &self.walk,
-        };
+        let view = self.view(routing);
         let target = Target {
             store: &view,
-            dist: &self.dist,
+            dist: &self.shared.dist,
             entry: self.entry,
-            live: |s| self.slot_live(s),
-            upto: self.count,
-            live_count: self.len() as u64,
+            live: |s| self.slot_live(s, routing),
+            upto: routing,
+            live_count: self.len_at(routing) as u64,
         };
-        let mut scratch = self.take_scratch();
+        let mut scratch = self.shared.take_scratch();
         let distances_before = scratch.distance_count;
         let (hits, strategy) =
             crate::filter::search::search(&target, &q, k, ef, &compiled, &mut scratch);
-        self.search_distances.fetch_add(
+        self.shared.search_distances.fetch_add(
             scratch.distance_count - distances_before,
             AtomicOrdering::Relaxed,
         );
-        self.put_scratch(scratch);
+        self.shared.put_scratch(scratch);
         let hits = hits
             .into_iter()
             .map(|s| {
@@ -204,9 +247,8 @@ impl Index {
         Ok((hits, strategy))
     }
 
-    /// Names of the metadata fields this handle has indexed (those filters named so far).
-    pub fn indexed_fields(&self) -> Vec<String> {
-        read(&self.filters)
+    pub(super) fn indexed_fields(&self) -> Vec<String> {
+        read(&self.shared.filters)
             .fields()
             .map(|(k, _)| k.to_string())
             .collect()

@@ -11,7 +11,7 @@ use crate::format::header;
 use crate::format::vector::VectorRef;
 use crate::graph::{GraphStore, Metric};
 
-use super::{Index, View};
+use super::{View, Writer};
 
 /// The writer's running check that walking by high halves suits its data (format 4).
 ///
@@ -68,7 +68,7 @@ impl WalkCheck {
     }
 }
 
-impl Index {
+impl Writer {
     /// The walk check ([`WalkCheck`]) for a graph that came without inserts (a migrated one):
     /// up to 256 evenly spaced nodes, each with its level-0 neighbors as what an insert would
     /// have found, ordered by exact distance.
@@ -76,7 +76,7 @@ impl Index {
         let view = View {
             store: &self.store,
             count: self.count,
-            walk: &self.walk,
+            walk: &self.shared.walk,
         };
         let mut buf = Vec::new();
         let step = (self.count / 256).max(1);
@@ -116,7 +116,8 @@ mod tests {
     #[test]
     fn a_graph_without_inserts_is_checked_from_its_lists() {
         for (offset, fine) in [(1000.0f32, true), (0.0, false)] {
-            let mut ix = Index::in_memory(Options::new(8, Metric::L2Squared), 64 << 20).unwrap();
+            let index =
+                crate::Index::in_memory(Options::new(8, Metric::L2Squared), 64 << 20).unwrap();
             let mut x = 7u64;
             for _ in 0..600 {
                 let v: Vec<f32> = (0..8)
@@ -127,13 +128,19 @@ mod tests {
                         offset + 0.01 * ((x >> 40) as f32 / (1u64 << 24) as f32)
                     })
                     .collect();
-                ix.add(&v).unwrap();
+                index.add(&v).unwrap();
             }
-            assert_eq!(ix.walk.exact(), fine, "from the inserts");
-            ix.walk = WalkCheck::new(0, 0, Metric::L2Squared);
+            let ix = index.writer.lock().unwrap();
+            let walk = &ix.shared.walk;
+            assert_eq!(walk.exact(), fine, "from the inserts");
+            // Start over, as a migrated graph does.
+            walk.forced.store(false, Ordering::Relaxed);
+            walk.settled.store(false, Ordering::Relaxed);
+            walk.samples.store(0, Ordering::Relaxed);
+            walk.misses.store(0, Ordering::Relaxed);
             ix.check_walk_on_graph();
-            assert!(ix.walk.settled.load(Ordering::Relaxed));
-            assert_eq!(ix.walk.exact(), fine, "from the lists");
+            assert!(walk.settled.load(Ordering::Relaxed));
+            assert_eq!(walk.exact(), fine, "from the lists");
         }
     }
 }

@@ -768,7 +768,7 @@ mod tests {
                 .m(8)
                 .vector_layout(layout)
                 .geometry(Geometry::small_for_tests(8, 16));
-            let mut ix = Index::create_in(Arc::new(mem), opts).unwrap();
+            let ix = Index::create_in(Arc::new(mem), opts).unwrap();
             let v = |i: u32| {
                 let x = i as f32;
                 [x.sin(), x.cos(), (x * 0.3).sin(), 1.0 + x]
@@ -791,7 +791,8 @@ mod tests {
                 let inside =
                     (start..start + region.len() as usize).contains(&(got.as_ptr() as usize));
                 assert_eq!(inside, slot < 10, "{layout:?} slot {slot}");
-                let want = ix.store().vector(slot).unwrap();
+                let store = ix.store();
+                let want = store.vector(slot).unwrap();
                 match (got, want) {
                     (VectorRef::F32(a), VectorRef::F32(b)) => assert_eq!(a, b),
                     (VectorRef::Split(a), VectorRef::Split(b)) => assert_eq!(a, b),
@@ -816,7 +817,7 @@ mod tests {
         let opts = Options::new(4, Metric::L2Squared)
             .m(8)
             .geometry(Geometry::small_for_tests(8, 16));
-        let mut ix = Index::create_in(Arc::new(mem), opts).unwrap();
+        let ix = Index::create_in(Arc::new(mem), opts).unwrap();
         let v = |i: u32| {
             let x = i as f32;
             [x.sin(), x.cos(), (x * 0.3).sin(), 1.0]

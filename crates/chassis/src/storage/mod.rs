@@ -69,14 +69,11 @@ fn header_hook(copy: usize, word: usize) {
 }
 
 /// A mapped segment.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Segment {
     offset: u64,
     layout: SegmentLayout,
     region: Region,
-    /// Slots whose bytes in all three arrays are allocated on disk (decision 5: space is
-    /// allocated before it is written).
-    allocated_slots: u64,
 }
 
 /// The writer asks for huge pages under a segment's vector array only: it writes vectors with
@@ -110,20 +107,16 @@ pub struct Store {
     storage: Arc<dyn Storage>,
     writable: bool,
     meta: Region,
-    header: Header,
+    header: Arc<Header>,
     header_copy: usize,
-    dims: u32,
-    /// The header's vector layout (fixed for the file's life).
-    layout: VectorLayout,
-    m: u32,
-    record_bytes: u64,
-    geometry: Geometry,
-    segments: Vec<Segment>,
-    upper_chunks: Vec<Mapped>,
+    /// The mapped regions and how to address them; searches take a clone ([`Store::regions`]).
+    regions: Regions,
+    /// Per segment: slots whose bytes in all three arrays are allocated on disk (decision 5:
+    /// space is allocated before it is written).
+    allocated_slots: Vec<u64>,
     /// Bytes of each upper-heap chunk allocated on disk.
     upper_allocated: Vec<u64>,
-    /// Metadata-heap chunks (heap kind 2, table kind 3) and their bytes allocated on disk.
-    metadata_chunks: Vec<Mapped>,
+    /// Bytes of each metadata-heap chunk (heap kind 2, table kind 3) allocated on disk.
     metadata_allocated: Vec<u64>,
     /// Heap reference of the first free metadata-heap byte (0 before any chunk).
     metadata_next: u64,
@@ -285,6 +278,215 @@ pub fn read_current_header(storage: &dyn Storage) -> Result<(Header, usize)> {
     header::choose(&a, &b)
 }
 
+/// The mapped regions of one file and how to address a slot in them: what a search reads.
+///
+/// Cheap to clone (its region lists are shared `Arc`s). The writer's [`Store`] holds the
+/// current one and appends to it copy-on-write, so a clone taken for a search keeps every
+/// region it names mapped, and its lists never change under it (ADR-0008's "memory reclaimed
+/// under a search": a mapping is unmapped only when the last clone naming it is dropped).
+#[derive(Clone, Debug)]
+pub struct Regions {
+    dims: u32,
+    /// The header's vector layout (fixed for the file's life).
+    layout: VectorLayout,
+    m: u32,
+    record_bytes: u64,
+    /// The header's layer limit (fixed for the file's life).
+    max_layers: u32,
+    geometry: Geometry,
+    segments: Arc<Vec<Segment>>,
+    upper_chunks: Arc<Vec<Mapped>>,
+    metadata_chunks: Arc<Vec<Mapped>>,
+}
+
+impl Regions {
+    /// Vector dimensions.
+    pub fn dims(&self) -> usize {
+        self.dims as usize
+    }
+
+    /// Geometry of this file.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Segments mapped (committed plus appended since).
+    pub fn segment_count(&self) -> u64 {
+        self.segments.len() as u64
+    }
+
+    /// Upper-heap chunks mapped.
+    pub fn upper_chunk_count(&self) -> u64 {
+        self.upper_chunks.len() as u64
+    }
+
+    /// Metadata-heap chunks mapped.
+    pub fn metadata_chunk_count(&self) -> u64 {
+        self.metadata_chunks.len() as u64
+    }
+
+    /// Slots the mapped segments hold.
+    pub fn slot_capacity(&self) -> u64 {
+        self.geometry.segment_first_slot(self.segments.len() as u64)
+    }
+
+    /// The metadata document `r` names (0: the empty document). Committed entries never
+    /// change; the checksum in the entry's head is checked on every read.
+    pub fn metadata_at(&self, r: u64, id: u64) -> Result<DocRef<'_>> {
+        read_metadata(
+            &self.metadata_chunks,
+            |k| self.geometry.metadata_chunk_bytes(k),
+            r,
+            id,
+        )
+    }
+
+    /// The metadata document of `slot` (the empty one when it has none).
+    pub fn metadata(&self, slot: u32) -> Result<DocRef<'_>> {
+        let (id, _, r) = self
+            .slot_header(slot)
+            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
+        self.metadata_at(r, id)
+    }
+
+    fn slot_place(&self, slot: u32) -> Option<(&Segment, u64)> {
+        let (k, off) = self.geometry.locate(u64::from(slot));
+        self.segments.get(k as usize).map(|s| (s, off))
+    }
+
+    /// The vector of `slot`, if its segment is mapped.
+    #[inline]
+    pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        let (seg, off) = self.slot_place(slot)?;
+        let d = u64::from(self.dims);
+        let at = seg.layout.vectors_at + off * 4 * d;
+        match self.layout {
+            VectorLayout::F32 => seg
+                .region
+                .f32s(at, self.dims as usize)
+                .ok()
+                .map(VectorRef::F32),
+            VectorLayout::SplitHalves => seg
+                .region
+                .u16s(at, 2 * self.dims as usize)
+                .ok()
+                .map(VectorRef::Split),
+        }
+    }
+
+    /// How this file stores vectors.
+    pub fn layout(&self) -> VectorLayout {
+        self.layout
+    }
+
+    /// Level-0 neighbor words of `slot`.
+    #[inline]
+    pub fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_NEIGHBORS_AT;
+        seg.region.u32_words(at, 2 * self.m as usize).ok()
+    }
+
+    /// The upper-layer reference in `slot`'s level-0 record (0 = none).
+    pub fn upper_ref(&self, slot: u32) -> Option<u64> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_UPPER_REF_AT;
+        seg.region
+            .u64_at(at)
+            .ok()
+            .map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// Layers above 0 that `slot` has (0 when its reference is empty or unreadable).
+    ///
+    /// A count above the file's layer limit (a damaged entry) reads as that limit, so loops
+    /// over a node's layers stay bounded whatever the file holds.
+    pub fn upper_layers(&self, slot: u32) -> usize {
+        let limit = self.max_layers.saturating_sub(1) as usize;
+        match self.upper_entry(slot) {
+            Some((chunk, off)) => chunk
+                .region
+                .u32_at(off)
+                .map_or(0, |w| (w.load(Ordering::Relaxed) as usize).min(limit)),
+            None => 0,
+        }
+    }
+
+    /// The layer count stored in `slot`'s upper-heap entry, unbounded (for integrity checks).
+    pub fn upper_layers_stored(&self, slot: u32) -> Option<u32> {
+        let (chunk, off) = self.upper_entry(slot)?;
+        chunk
+            .region
+            .u32_at(off)
+            .ok()
+            .map(|w| w.load(Ordering::Relaxed))
+    }
+
+    fn upper_entry(&self, slot: u32) -> Option<(&Mapped, u64)> {
+        let r = self.upper_ref(slot)?;
+        if r == 0 {
+            return None;
+        }
+        let (c, o) = record::split_heap_ref(r);
+        self.upper_chunks.get(c as usize).map(|m| (m, u64::from(o)))
+    }
+
+    /// Neighbor words of `slot` on `layer` ≥ 1, if it has that layer.
+    #[inline]
+    pub fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+        let (chunk, off) = self.upper_entry(slot)?;
+        let layers = chunk
+            .region
+            .u32_at(off + record::UPPER_LAYERS_AT)
+            .ok()?
+            .load(Ordering::Relaxed);
+        if layer == 0 || layer > layers as usize {
+            return None;
+        }
+        let m = u64::from(self.m);
+        let at = off + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
+        chunk.region.u32_words(at, self.m as usize).ok()
+    }
+
+    /// The slot header of `slot`: (id, deleted_epoch, metadata_ref).
+    pub fn slot_header(&self, slot: u32) -> Option<(u64, u64, u64)> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
+        let r = &seg.region;
+        Some((
+            r.u64_at(at + record::SLOT_ID_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_DELETED_EPOCH_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
+            r.u64_at(at + record::SLOT_METADATA_REF_AT)
+                .ok()?
+                .load(Ordering::Relaxed),
+        ))
+    }
+
+    /// The deleted epoch of `slot` (0 = live).
+    #[inline]
+    pub fn deleted_epoch(&self, slot: u32) -> Option<u64> {
+        let (seg, off) = self.slot_place(slot)?;
+        let at =
+            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
+        seg.region
+            .u64_at(at)
+            .ok()
+            .map(|w| w.load(Ordering::Relaxed))
+    }
+}
+
+/// A store reads through its current regions.
+impl std::ops::Deref for Store {
+    type Target = Regions;
+    fn deref(&self) -> &Regions {
+        &self.regions
+    }
+}
+
 impl Store {
     /// Initialises an empty file (the caller holds the lock): both header copies, A at sequence
     /// 1 and B at 0 with equal contents, made durable with the directory entry. An existing
@@ -358,15 +560,19 @@ impl Store {
             storage,
             writable,
             meta,
-            dims: header.dims,
-            layout: header.layout(),
-            m: header.m,
-            record_bytes: record::level0_record_bytes(header.m),
-            geometry,
-            segments: Vec::new(),
-            upper_chunks: Vec::new(),
+            regions: Regions {
+                dims: header.dims,
+                layout: header.layout(),
+                m: header.m,
+                record_bytes: record::level0_record_bytes(header.m),
+                max_layers: header.max_layers,
+                geometry,
+                segments: Arc::new(Vec::new()),
+                upper_chunks: Arc::new(Vec::new()),
+                metadata_chunks: Arc::new(Vec::new()),
+            },
+            allocated_slots: Vec::new(),
             upper_allocated: Vec::new(),
-            metadata_chunks: Vec::new(),
             metadata_allocated: Vec::new(),
             metadata_next: header.metadata_heap_next,
             table_pages: Vec::new(),
@@ -376,7 +582,7 @@ impl Store {
             marks_reset: 0,
             recovered: false,
             active: true,
-            header,
+            header: Arc::new(header),
             header_copy,
         };
         store.map_committed(len)?;
@@ -409,13 +615,13 @@ impl Store {
             }
         }
         self.sync_or_poison()?;
-        let mut next = self.header.clone();
+        let mut next = Header::clone(&self.header);
         next.pending_delete_epoch = 0;
         next.sequence = self.header.sequence + 1;
         let copy = self.other_copy();
         self.write_header_copy(copy, &next)?;
         self.sync_or_poison()?;
-        self.header = next;
+        self.header = Arc::new(next);
         self.header_copy = copy;
         self.marks_reset = reset;
         self.recovered = true;
@@ -557,12 +763,12 @@ impl Store {
                 .committed_count
                 .saturating_sub(first)
                 .min(layout.slots);
-            self.segments.push(Segment {
+            Arc::make_mut(&mut self.regions.segments).push(Segment {
                 offset,
                 layout,
                 region,
-                allocated_slots,
             });
+            self.allocated_slots.push(allocated_slots);
         }
         for k in 0..self.header.upper_heap_chunk_count {
             if let Ok((offset, _)) = self.table_entry(table::KIND_UPPER_HEAP, k) {
@@ -579,7 +785,7 @@ impl Store {
             if head[..8] != record::HEAP_CHUNK_MAGIC {
                 return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
             }
-            self.upper_chunks.push(Mapped { offset, region });
+            Arc::make_mut(&mut self.regions.upper_chunks).push(Mapped { offset, region });
             // Committed entries were written and made durable, so their blocks exist; and the
             // portable allocation path zeroes what it allocates, so it must never cover them.
             let (next_chunk, next_off) = record::split_heap_ref(self.header.upper_heap_next);
@@ -621,7 +827,7 @@ impl Store {
             if head[..8] != record::HEAP_CHUNK_MAGIC {
                 return Err(Error::corrupt("heap chunk has no CHHEAP magic", offset));
             }
-            self.metadata_chunks.push(Mapped { offset, region });
+            Arc::make_mut(&mut self.regions.metadata_chunks).push(Mapped { offset, region });
             let (next_chunk, next_off) = record::split_heap_ref(self.header.metadata_heap_next);
             let done = match k.cmp(&u64::from(next_chunk)) {
                 std::cmp::Ordering::Less => self.geometry.metadata_chunk_bytes(k),
@@ -664,6 +870,11 @@ impl Store {
         Ok((off, page.page.offset + at))
     }
 
+    /// A clone of the current regions, for a search that must not hold the store.
+    pub fn regions(&self) -> Regions {
+        self.regions.clone()
+    }
+
     /// The storage seam under this store.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
@@ -674,34 +885,19 @@ impl Store {
         &self.header
     }
 
+    /// The newest committed header, shared (searches keep it beside their regions).
+    pub fn header_arc(&self) -> Arc<Header> {
+        Arc::clone(&self.header)
+    }
+
     /// Which copy (0 = A, 1 = B) holds the newest committed header.
     pub fn header_copy(&self) -> usize {
         self.header_copy
     }
 
-    /// Geometry of this file.
-    pub fn geometry(&self) -> Geometry {
-        self.geometry
-    }
-
     /// Whether this store may write.
     pub fn writable(&self) -> bool {
         self.writable
-    }
-
-    /// Segments mapped (committed plus appended since).
-    pub fn segment_count(&self) -> u64 {
-        self.segments.len() as u64
-    }
-
-    /// Upper-heap chunks mapped.
-    pub fn upper_chunk_count(&self) -> u64 {
-        self.upper_chunks.len() as u64
-    }
-
-    /// Metadata-heap chunks mapped.
-    pub fn metadata_chunk_count(&self) -> u64 {
-        self.metadata_chunks.len() as u64
     }
 
     /// Bytes of the metadata heap in use: chunk heads, entries and the unused tails of full
@@ -710,167 +906,14 @@ impl Store {
         self.geometry.metadata_heap_bytes(self.metadata_next)
     }
 
-    /// The metadata document `r` names (0: the empty document). Committed entries never
-    /// change; the checksum in the entry's head is checked on every read.
-    pub fn metadata_at(&self, r: u64, id: u64) -> Result<DocRef<'_>> {
-        read_metadata(
-            &self.metadata_chunks,
-            |k| self.geometry.metadata_chunk_bytes(k),
-            r,
-            id,
-        )
-    }
-
-    /// The metadata document of `slot` (the empty one when it has none).
-    pub fn metadata(&self, slot: u32) -> Result<DocRef<'_>> {
-        let (id, _, r) = self
-            .slot_header(slot)
-            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
-        self.metadata_at(r, id)
-    }
-
     /// Table pages mapped.
     pub fn table_page_count(&self) -> u64 {
         self.table_pages.len() as u64
     }
 
-    /// Slots the mapped segments hold.
-    pub fn slot_capacity(&self) -> u64 {
-        self.geometry.segment_first_slot(self.segments.len() as u64)
-    }
-
     /// Where the next region would go (the logical end of the writer's file).
     pub fn file_end(&self) -> u64 {
         self.file_end
-    }
-
-    fn slot_place(&self, slot: u32) -> Option<(&Segment, u64)> {
-        let (k, off) = self.geometry.locate(u64::from(slot));
-        self.segments.get(k as usize).map(|s| (s, off))
-    }
-
-    /// The vector of `slot`, if its segment is mapped.
-    #[inline]
-    pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
-        let (seg, off) = self.slot_place(slot)?;
-        let d = u64::from(self.dims);
-        let at = seg.layout.vectors_at + off * 4 * d;
-        match self.layout {
-            VectorLayout::F32 => seg
-                .region
-                .f32s(at, self.dims as usize)
-                .ok()
-                .map(VectorRef::F32),
-            VectorLayout::SplitHalves => seg
-                .region
-                .u16s(at, 2 * self.dims as usize)
-                .ok()
-                .map(VectorRef::Split),
-        }
-    }
-
-    /// How this file stores vectors.
-    pub fn layout(&self) -> VectorLayout {
-        self.layout
-    }
-
-    /// Level-0 neighbor words of `slot`.
-    #[inline]
-    pub fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
-        let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_NEIGHBORS_AT;
-        seg.region.u32_words(at, 2 * self.m as usize).ok()
-    }
-
-    /// The upper-layer reference in `slot`'s level-0 record (0 = none).
-    pub fn upper_ref(&self, slot: u32) -> Option<u64> {
-        let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.records_at + off * self.record_bytes + record::RECORD_UPPER_REF_AT;
-        seg.region
-            .u64_at(at)
-            .ok()
-            .map(|w| w.load(Ordering::Acquire))
-    }
-
-    /// Layers above 0 that `slot` has (0 when its reference is empty or unreadable).
-    ///
-    /// A count above the file's layer limit (a damaged entry) reads as that limit, so loops
-    /// over a node's layers stay bounded whatever the file holds.
-    pub fn upper_layers(&self, slot: u32) -> usize {
-        let limit = self.header.max_layers.saturating_sub(1) as usize;
-        match self.upper_entry(slot) {
-            Some((chunk, off)) => chunk
-                .region
-                .u32_at(off)
-                .map_or(0, |w| (w.load(Ordering::Relaxed) as usize).min(limit)),
-            None => 0,
-        }
-    }
-
-    /// The layer count stored in `slot`'s upper-heap entry, unbounded (for integrity checks).
-    pub fn upper_layers_stored(&self, slot: u32) -> Option<u32> {
-        let (chunk, off) = self.upper_entry(slot)?;
-        chunk
-            .region
-            .u32_at(off)
-            .ok()
-            .map(|w| w.load(Ordering::Relaxed))
-    }
-
-    fn upper_entry(&self, slot: u32) -> Option<(&Mapped, u64)> {
-        let r = self.upper_ref(slot)?;
-        if r == 0 {
-            return None;
-        }
-        let (c, o) = record::split_heap_ref(r);
-        self.upper_chunks.get(c as usize).map(|m| (m, u64::from(o)))
-    }
-
-    /// Neighbor words of `slot` on `layer` ≥ 1, if it has that layer.
-    #[inline]
-    pub fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
-        let (chunk, off) = self.upper_entry(slot)?;
-        let layers = chunk
-            .region
-            .u32_at(off + record::UPPER_LAYERS_AT)
-            .ok()?
-            .load(Ordering::Relaxed);
-        if layer == 0 || layer > layers as usize {
-            return None;
-        }
-        let m = u64::from(self.m);
-        let at = off + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
-        chunk.region.u32_words(at, self.m as usize).ok()
-    }
-
-    /// The slot header of `slot`: (id, deleted_epoch, metadata_ref).
-    pub fn slot_header(&self, slot: u32) -> Option<(u64, u64, u64)> {
-        let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.headers_at + off * record::SLOT_HEADER_BYTES;
-        let r = &seg.region;
-        Some((
-            r.u64_at(at + record::SLOT_ID_AT)
-                .ok()?
-                .load(Ordering::Relaxed),
-            r.u64_at(at + record::SLOT_DELETED_EPOCH_AT)
-                .ok()?
-                .load(Ordering::Relaxed),
-            r.u64_at(at + record::SLOT_METADATA_REF_AT)
-                .ok()?
-                .load(Ordering::Relaxed),
-        ))
-    }
-
-    /// The deleted epoch of `slot` (0 = live).
-    #[inline]
-    pub fn deleted_epoch(&self, slot: u32) -> Option<u64> {
-        let (seg, off) = self.slot_place(slot)?;
-        let at =
-            seg.layout.headers_at + off * record::SLOT_HEADER_BYTES + record::SLOT_DELETED_EPOCH_AT;
-        seg.region
-            .u64_at(at)
-            .ok()
-            .map(|w| w.load(Ordering::Relaxed))
     }
 
     fn require_writable(&self) -> Result<()> {
@@ -897,15 +940,15 @@ impl Store {
     /// at most [`ALLOCATE_STEP`] bytes, so a full disk fails this call with an error instead of
     /// a write through the mapping failing with SIGBUS; the unused end of a segment stays sparse.
     fn allocate_slots(&mut self, k: usize, off: u64) -> Result<()> {
-        let Some(seg) = self.segments.get(k) else {
+        let (Some(seg), Some(&from)) = (self.regions.segments.get(k), self.allocated_slots.get(k))
+        else {
             return Ok(());
         };
-        if off < seg.allocated_slots {
+        if off < from {
             return Ok(());
         }
         let per_slot = SegmentLayout::slot_bytes(self.dims, self.m);
         let step = (ALLOCATE_STEP / per_slot).max(1);
-        let from = seg.allocated_slots;
         let to = (off + 1).max(from + step).min(seg.layout.slots);
         let l = &seg.layout;
         let ranges = [
@@ -918,8 +961,8 @@ impl Store {
                 .allocate(seg.offset + at + from * each, (to - from) * each)
                 .map_err(no_space)?;
         }
-        if let Some(seg) = self.segments.get_mut(k) {
-            seg.allocated_slots = to;
+        if let Some(a) = self.allocated_slots.get_mut(k) {
+            *a = to;
         }
         Ok(())
     }
@@ -962,12 +1005,12 @@ impl Store {
         let (offset, region) = self.append_region(layout.bytes)?;
         advise_vectors_huge(&region, &layout);
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
-        self.segments.push(Segment {
+        Arc::make_mut(&mut self.regions.segments).push(Segment {
             offset,
             layout,
             region,
-            allocated_slots: 0,
         });
+        self.allocated_slots.push(0);
         self.publish_regions()
     }
 
@@ -979,7 +1022,7 @@ impl Store {
             .map_err(no_space)?;
         region.write(0, &record::encode_heap_chunk_head(record::HEAP_KIND_UPPER))?;
         self.set_table_entry(table::KIND_UPPER_HEAP, k, offset)?;
-        self.upper_chunks.push(Mapped { offset, region });
+        Arc::make_mut(&mut self.regions.upper_chunks).push(Mapped { offset, region });
         self.upper_allocated.push(record::HEAP_CHUNK_HEAD_BYTES);
         self.publish_regions()
     }
@@ -1063,7 +1106,7 @@ impl Store {
             &record::encode_heap_chunk_head(record::HEAP_KIND_METADATA),
         )?;
         self.set_table_entry(table::KIND_METADATA_HEAP, k, offset)?;
-        self.metadata_chunks.push(Mapped { offset, region });
+        Arc::make_mut(&mut self.regions.metadata_chunks).push(Mapped { offset, region });
         self.metadata_allocated.push(record::HEAP_CHUNK_HEAD_BYTES);
         self.publish_regions()
     }
@@ -1309,7 +1352,7 @@ impl Store {
         if !mutants::active(Mutant::AckBeforeLastSync) {
             self.sync_or_poison()?;
         }
-        self.header = next;
+        self.header = Arc::new(next);
         self.header_copy = copy;
         Ok(())
     }
@@ -1319,7 +1362,7 @@ impl Store {
         if next.delete_epoch != epoch {
             return Err(Error::corrupt("delete flush epoch is not E + 1", 0));
         }
-        let mut intent = self.header.clone();
+        let mut intent = Header::clone(&self.header);
         intent.sequence = self.header.sequence + 1;
         intent.pending_delete_epoch = epoch;
         next.sequence = self.header.sequence + 2;
@@ -1350,7 +1393,7 @@ impl Store {
         if !mutants::active(Mutant::AckBeforeLastSync) {
             self.sync_or_poison()?;
         }
-        self.header = next;
+        self.header = Arc::new(next);
         self.header_copy = commit_copy;
         Ok(())
     }

@@ -1,0 +1,403 @@
+//! What searches read while the writer works: the ADR's deferred "in-process lock-free search
+//! beside writes", done as read-copy-update.
+//!
+//! After every write (and once a batch's rows are written, before they are linked) the writer
+//! publishes a [`Published`]: an immutable record of its counts, entry point, committed header
+//! and pending-delete count, with a clone of its [`Regions`] (shared `Arc`s of the mapped
+//! segments and heap chunks). A search loads the newest one without a lock (`arc_swap`) and
+//! reads only it, the file's mapped bytes, and what [`Shared`] holds. How the ADR's four
+//! obstacles are met:
+//!
+//! 1. *A list mid-rewrite*: neighbor words are atomics rewritten slot-preserving, so a search
+//!    sees whole slot ids, as a reader in another process does (docs/ARCHITECTURE.md); words
+//!    at or past its routing count are skipped.
+//! 2. *A vector being written*: a search routes through slots below
+//!    `min(count, routed)` only. `count` is published after the batch's slots (header, vector,
+//!    empty lists) are fully written; `routed` ([`Shared::routed`], the in-process twin of the
+//!    live page's R) is stored with release ordering after a slot's insert and backlinks, as R
+//!    is for readers (decision 5), and loaded with acquire. Committed and written slots below
+//!    it are never rewritten except their neighbor words and delete marks (atomics).
+//! 3. *The routing count and the entry point* move together: the entry point is in the
+//!    publication, and every slot it names is below the publication's `count` and `routed`
+//!    (a new top node is published only when its write ends).
+//! 4. *Memory reclaimed*: a region is unmapped when the last `Regions` clone naming it is
+//!    dropped, so a search's regions stay mapped until it ends (reference counts are the grace
+//!    period); the store appends regions copy-on-write and never removes one. A compaction
+//!    publishes the new file's state; searches that began on the old file finish on it.
+//!
+//! Deletes: a delete marks the slot in [`DeleteMarks`] with the number of the next
+//! publication, which the delete stores before it returns; older publications don't see the
+//! mark, newer ones all do (after the flush the slot's delete epoch says the same), so no
+//! search that begins after `delete` returns can return the id, and none sees half of a
+//! write's deletes.
+//!
+//! Invariants: a publication never changes once stored; its `count`, entry point and header
+//! describe one state the writer was in; every region a slot below its `count` lies in is in
+//! its `regions`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::error::Result;
+use crate::filter::index::FilterIndex;
+use crate::format::header::{Header, FLAG_CUSTOM_IDS};
+use crate::format::record;
+use crate::format::vector::{VectorLayout, VectorRef};
+use crate::graph::{Distance, GraphStore, Params, Scratch};
+use crate::os::Storage;
+use crate::storage::Regions;
+
+use super::{lock, IdMap, Info, OpenReport, View, WalkCheck, Writer};
+
+/// What one file's writer shares with every search of it (replaced with the file at a
+/// compaction).
+pub(crate) struct Shared {
+    pub(super) dist: Distance,
+    pub(super) params: Params,
+    pub(super) read_only: Option<&'static str>,
+    pub(super) storage: Arc<dyn Storage>,
+    /// The id → slot table (custom ids), built by whichever side needs it first.
+    pub(super) ids: Mutex<Option<IdMap>>,
+    pub(super) scratch: Mutex<Vec<Scratch>>,
+    /// Field indexes of the metadata, built as filters name fields (never stored).
+    pub(super) filters: RwLock<FilterIndex>,
+    /// Distance computations made by searches (for benchmarks).
+    pub(super) search_distances: AtomicU64,
+    /// Whether this file's split vectors are walked exactly, and the inserts deciding it.
+    pub(super) walk: WalkCheck,
+    /// Slots searches may route through (release after a slot is linked; see the module).
+    pub(super) routed: AtomicU32,
+}
+
+impl Shared {
+    pub(super) fn take_scratch(&self) -> Scratch {
+        lock(&self.scratch).pop().unwrap_or_default()
+    }
+
+    pub(super) fn put_scratch(&self, s: Scratch) {
+        lock(&self.scratch).push(s);
+    }
+}
+
+/// Slots per chunk of [`DeleteMarks`].
+const MARKS_CHUNK: u32 = 1 << 12;
+
+/// This handle's deletes as one word per slot: the number of the first publication that
+/// shows the slot deleted (0: not deleted by this handle). A publication numbered g sees
+/// exactly the deletes marked g or lower, so an older publication keeps its own consistent
+/// view while the writer deletes. Chunks of 4,096 slots are allocated as deletes reach them;
+/// the chunk list is copy-on-write (a publication keeps the list it was given), the words are
+/// shared atomics, each written once.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeleteMarks {
+    chunks: Arc<Vec<Arc<[AtomicU64]>>>,
+}
+
+impl DeleteMarks {
+    /// Marks `slot` deleted from publication `generation` on.
+    pub(super) fn set(&mut self, slot: u32, generation: u64) {
+        let c = (slot / MARKS_CHUNK) as usize;
+        while self.chunks.len() <= c {
+            let chunk: Arc<[AtomicU64]> = (0..MARKS_CHUNK).map(|_| AtomicU64::new(0)).collect();
+            Arc::make_mut(&mut self.chunks).push(chunk);
+        }
+        if let Some(chunk) = self.chunks.get(c) {
+            let w = &chunk[(slot % MARKS_CHUNK) as usize];
+            if w.load(Ordering::Relaxed) == 0 {
+                w.store(generation, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether publication `generation` sees `slot` deleted by this handle.
+    #[inline]
+    pub(super) fn deleted(&self, slot: u32, generation: u64) -> bool {
+        let c = (slot / MARKS_CHUNK) as usize;
+        self.chunks.get(c).is_some_and(|chunk| {
+            let g = chunk[(slot % MARKS_CHUNK) as usize].load(Ordering::Acquire);
+            g != 0 && g <= generation
+        })
+    }
+}
+
+/// One state of the writer, as searches read it. Never changes once published.
+pub(crate) struct Published {
+    pub(super) shared: Arc<Shared>,
+    pub(super) regions: Regions,
+    /// Slots written when this was published.
+    pub(super) count: u32,
+    pub(super) entry: Option<(u32, usize)>,
+    /// The newest committed header when this was published.
+    pub(super) header: Arc<Header>,
+    pub(super) header_copy: usize,
+    /// Deletes pending when this was published.
+    pub(super) pending: u64,
+    pub(super) dirty: bool,
+    pub(super) flags: u32,
+    /// This publication's number (it sees the deletes marked with it or lower).
+    pub(super) generation: u64,
+    pub(super) deleted: DeleteMarks,
+    pub(super) table_pages: u64,
+    pub(super) metadata_bytes: u64,
+    pub(super) path: Option<PathBuf>,
+    pub(super) report: OpenReport,
+}
+
+impl Writer {
+    /// Publishes this writer's state to searches (see the module).
+    pub(super) fn publish(&self) {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let p = Published {
+            generation,
+            shared: Arc::clone(&self.shared),
+            regions: self.store.regions(),
+            count: self.count,
+            entry: self.entry,
+            header: self.store.header_arc(),
+            header_copy: self.store.header_copy(),
+            pending: self.pending_deletes.len() as u64,
+            dirty: self.dirty,
+            flags: self.flags,
+            deleted: self.deleted.clone(),
+            table_pages: self.store.table_page_count(),
+            metadata_bytes: self.store.metadata_bytes(),
+            path: self.path.clone(),
+            report: self.report.clone(),
+        };
+        self.view.store(Arc::new(p));
+    }
+}
+
+impl Published {
+    /// What a writer publishes before its first change: the file as it opened it.
+    pub(super) fn initial(
+        shared: &Arc<Shared>,
+        store: &crate::storage::Store,
+        count: u32,
+        entry: Option<(u32, usize)>,
+        path: &Option<PathBuf>,
+    ) -> Published {
+        Published {
+            shared: Arc::clone(shared),
+            regions: store.regions(),
+            count,
+            entry,
+            header: store.header_arc(),
+            header_copy: store.header_copy(),
+            pending: 0,
+            dirty: false,
+            flags: store.header().flags,
+            generation: 0,
+            deleted: DeleteMarks::default(),
+            table_pages: store.table_page_count(),
+            metadata_bytes: store.metadata_bytes(),
+            path: path.clone(),
+            report: OpenReport::default(),
+        }
+    }
+
+    /// Slots a search of this publication routes through and may return.
+    #[inline]
+    pub(super) fn routing(&self) -> u32 {
+        self.count.min(self.shared.routed.load(Ordering::Acquire))
+    }
+
+    /// The graph below `routing`.
+    pub(super) fn view(&self, routing: u32) -> View<'_> {
+        View {
+            store: &self.regions,
+            count: routing,
+            walk: &self.shared.walk,
+        }
+    }
+
+    /// Whether `slot` is live for a search routing through `routing` slots.
+    #[inline]
+    pub(super) fn slot_live(&self, slot: u32, routing: u32) -> bool {
+        if slot >= routing {
+            return false;
+        }
+        match self.regions.deleted_epoch(slot) {
+            Some(d) if d != 0 && d <= self.header.delete_epoch => return false,
+            None => return false,
+            _ => {}
+        }
+        !self.deleted.deleted(slot, self.generation)
+    }
+
+    /// Whether no delete, committed or pending, can hide a slot.
+    pub(super) fn no_deletes(&self) -> bool {
+        self.header.deleted_count == 0 && self.pending == 0
+    }
+
+    /// Live vectors among the slots searches route through.
+    pub(super) fn len_at(&self, routing: u32) -> usize {
+        let deleted = self.header.deleted_count + self.pending;
+        (u64::from(routing).saturating_sub(deleted)) as usize
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len_at(self.routing())
+    }
+
+    pub(super) fn custom_ids(&self) -> bool {
+        self.flags & FLAG_CUSTOM_IDS != 0
+    }
+
+    pub(super) fn level0_neighbors(&self, slot: u32) -> Vec<u32> {
+        self.regions.level0(slot).map_or_else(Vec::new, |w| {
+            w.iter()
+                .map(|x| x.load(Ordering::Relaxed))
+                .filter(|&n| n != record::EMPTY)
+                .collect()
+        })
+    }
+
+    pub(super) fn info(&self) -> Result<Info> {
+        let h = &self.header;
+        let routing = self.routing();
+        Ok(Info {
+            dims: self.regions.dims(),
+            metric: self.shared.dist.metric(),
+            m: self.shared.params.m,
+            m0: self.shared.params.m0,
+            ef_construction: self.shared.params.ef_construction,
+            count: self.len_at(routing) as u64,
+            deleted: h.deleted_count + self.pending,
+            committed_count: h.committed_count,
+            committed_deleted: h.deleted_count,
+            slots: u64::from(routing),
+            delete_epoch: h.delete_epoch,
+            pending_delete_epoch: h.pending_delete_epoch,
+            sequence: h.sequence,
+            header_copy: if self.header_copy == 0 { 'A' } else { 'B' },
+            max_layer: self.entry.map_or(0, |e| e.1),
+            geometry: self.regions.geometry(),
+            segments: self.regions.segment_count(),
+            upper_heap_chunks: self.regions.upper_chunk_count(),
+            table_pages: self.table_pages,
+            custom_ids: self.custom_ids(),
+            read_only: self.shared.read_only,
+            file_bytes: self.shared.storage.len()?,
+            versions: (h.read_version, h.write_version),
+            vector_layout: h.layout(),
+            exact_walk: h.layout() == VectorLayout::SplitHalves && self.shared.walk.exact(),
+            metadata_bytes: self.metadata_bytes,
+            metadata_chunks: self.regions.metadata_chunk_count(),
+            indexed_fields: self.indexed_fields(),
+        })
+    }
+}
+
+/// A publication's graph, owned ([`super::Index::graph`]).
+pub(super) struct Graph {
+    p: Arc<Published>,
+    routing: u32,
+}
+
+impl Graph {
+    pub(super) fn new(p: Arc<Published>) -> Graph {
+        let routing = p.routing();
+        Graph { p, routing }
+    }
+}
+
+impl GraphStore for Graph {
+    fn routing_count(&self) -> u32 {
+        self.routing
+    }
+    fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        match self.p.regions.vector(slot)? {
+            VectorRef::Split(h) if self.p.shared.walk.exact() => Some(VectorRef::SplitExact(h)),
+            v => Some(v),
+        }
+    }
+    fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+        self.p.regions.level0(slot)
+    }
+    fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+        self.p.regions.upper(slot, layer)
+    }
+    fn level(&self, slot: u32) -> usize {
+        self.p.regions.upper_layers(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::format::metadata::parse_json;
+    use crate::graph::Metric;
+    use crate::index::{Index, Options};
+
+    fn vector(i: u64) -> Vec<f32> {
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..8)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 24) as f32
+            })
+            .collect()
+    }
+
+    /// A replacement moves its id to a new slot and deletes the old one: searches must see
+    /// both changes in one publication, never the id twice or not at all (fails if a single
+    /// row is published, and routed, before the write's own publication).
+    #[test]
+    fn a_replacement_flips_in_one_publication() {
+        let index = Index::in_memory(Options::new(8, Metric::L2Squared).m(8), 64 << 20).unwrap();
+        for i in 0..300u64 {
+            index.add_with_id(1000 + i, &vector(i)).unwrap();
+        }
+        index.flush().unwrap();
+        let (id, v) = (1000 + 42, vector(42));
+        let count = |p: &super::Published| {
+            p.search(&v, 10, 64)
+                .unwrap()
+                .iter()
+                .filter(|h| h.id == id)
+                .count()
+        };
+        let doc = parse_json(r#"{"moved": true}"#).unwrap();
+        let mut w = index.writer.lock().unwrap();
+        w.set_metadata(id, &doc).unwrap();
+        // The write is done inside, not yet published by the handle: searches see the id
+        // once, in its old slot, with its old document.
+        let before = index.view.load_full();
+        assert_eq!(count(&before), 1);
+        w.publish();
+        let after = index.view.load_full();
+        assert_eq!(count(&after), 1);
+        drop(w);
+        assert_eq!(index.get_metadata(id).unwrap(), doc);
+    }
+
+    /// A delete is seen by every publication from the one its write stores on, and by none
+    /// before it.
+    #[test]
+    fn a_delete_is_seen_from_its_publication_on() {
+        let index = Index::in_memory(Options::new(8, Metric::L2Squared).m(8), 64 << 20).unwrap();
+        for i in 0..200u64 {
+            index.add(&vector(i)).unwrap();
+        }
+        let old = index.view.load_full();
+        index.delete(7).unwrap();
+        let new = index.view.load_full();
+        let has = |p: &super::Published| {
+            p.search(&vector(7), 5, 64)
+                .unwrap()
+                .iter()
+                .any(|h| h.id == 7)
+        };
+        assert!(
+            has(&old),
+            "a publication older than the delete keeps its view"
+        );
+        assert!(!has(&new));
+        assert!(!index.contains(7).unwrap());
+        index.flush().unwrap();
+        assert!(has(&old) && !has(&index.view.load_full()));
+    }
+}
