@@ -428,7 +428,14 @@ impl Regions {
             return None;
         }
         let (c, o) = record::split_heap_ref(r);
-        self.upper_chunks.get(c as usize).map(|m| (m, u64::from(o)))
+        let off = u64::from(o);
+        // A damaged reference (misaligned, or past its chunk) reads as none here, before any
+        // access: repairing a damaged graph asks for such entries over and over, and a failed
+        // access builds an error message each time.
+        self.upper_chunks
+            .get(c as usize)
+            .filter(|m| off % 4 == 0 && off + record::UPPER_LISTS_AT <= m.region.len())
+            .map(|m| (m, off))
     }
 
     /// Neighbor words of `slot` on `layer` ≥ 1, if it has that layer.
@@ -445,6 +452,9 @@ impl Regions {
         }
         let m = u64::from(self.m);
         let at = off + record::UPPER_LISTS_AT + (layer as u64 - 1) * m * 4;
+        if at.saturating_add(m * 4) > chunk.region.len() {
+            return None;
+        }
         chunk.region.u32_words(at, self.m as usize).ok()
     }
 
