@@ -352,3 +352,20 @@ def test_migrate_hnswlib_keeps_labels_deletes_and_answers(tmp_path):
     assert not (tmp_path / "x.chassis").exists()
     reader = chassis.Index.open(dst, read_only=True)
     assert len(reader) == 600 - len(want["deleted"])
+
+
+def test_ids_of_2_to_the_63_and_above_in_plain_lists(tmp_path):
+    # A list of Python ints past 2**63 is not float64 to Chassis: every id arrives exactly.
+    ix = chassis.Index.create(tmp_path / "big.chassis", dims=4, metric="l2")
+    big = [2**63, 2**64 - 2, 5]
+    ix.add(np.eye(4, dtype=np.float32)[:3], ids=big)
+    assert all(i in ix for i in big)
+    np.testing.assert_array_equal(ix.get([2**64 - 2]), np.eye(4, dtype=np.float32)[1:2])
+    found, _ = ix.search(np.eye(4, dtype=np.float32)[0], k=1)
+    assert int(found[0, 0]) == 2**63
+    ix.delete([2**63])
+    assert 2**63 not in ix
+    with pytest.raises(chassis.InvalidArgumentError, match="64 bits"):
+        ix.delete([2**64])
+    with pytest.raises(chassis.InvalidArgumentError, match="non-negative"):
+        ix.delete([-1])

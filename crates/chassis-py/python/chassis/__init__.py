@@ -125,6 +125,18 @@ def _docs(metadata, n: int):
 
 def _ids(x, what: str = "ids") -> np.ndarray:
     """A C-contiguous uint64 1-D array of ids from an int, a sequence or an array."""
+    if not isinstance(x, np.ndarray):
+        # Python ints of 2**63 and above make numpy choose float64 (or object) for a list:
+        # take plain ints exactly, as the uint64s they are.
+        seq = [x] if isinstance(x, (int, np.integer)) else x
+        if isinstance(seq, (list, tuple)) and seq and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in seq
+        ):
+            if any(v < 0 for v in seq):
+                raise InvalidArgumentError(f"{what} must be non-negative")
+            if any(v > MISSING_ID for v in seq):
+                raise InvalidArgumentError(f"{what} must fit in 64 bits")
+            return np.array(seq, dtype=np.uint64)
     a = np.asarray(x)
     if a.ndim == 0:
         a = a.reshape(1)
