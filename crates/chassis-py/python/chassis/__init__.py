@@ -304,7 +304,7 @@ class Index:
         """The metadata dict of one id, or a list of dicts for several (``{}`` for a vector
         stored without). :class:`NotFoundError` if an id is not live."""
         scalar = np.ndim(ids) == 0
-        out = [json.loads(t) for t in self._raw.get_metadata(_ids(ids))]
+        out = json.loads("[" + ",".join(self._raw.get_metadata(_ids(ids))) + "]")
         return out[0] if scalar else out
 
     def delete(self, ids) -> None:
@@ -364,7 +364,9 @@ class Index:
                     f"{len(filters)} filters for {q.shape[0]} queries: give one dict for all, "
                     "or a list with one per query"
                 )
-        return self._raw.search(q, k, ef, int(threads), filters)
+        # One query runs on the calling thread: handing it to the pool costs more than it saves.
+        threads = 1 if q.shape[0] == 1 else int(threads)
+        return self._raw.search(q, k, ef, threads, filters)
 
     def flush(self) -> None:
         """Make every add and delete since the last flush durable, all together."""
