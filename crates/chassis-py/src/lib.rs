@@ -314,16 +314,10 @@ impl RawIndex {
         metadata: Vec<String>,
     ) -> PyResult<()> {
         let data = vectors.as_slice()?.to_vec();
-        let dims = vectors.shape()[1].max(1);
         let ids = ids.as_slice()?.to_vec();
         py.allow_threads(|| {
             let docs = parse_docs(&metadata)?;
-            self.with_writer(|ix| {
-                for ((id, v), doc) in ids.iter().zip(data.chunks(dims)).zip(&docs) {
-                    ix.upsert(*id, v, doc)?;
-                }
-                Ok(())
-            })
+            self.with_writer(|ix| ix.upsert_many(&ids, &data, &docs))
         })
     }
 
@@ -337,17 +331,7 @@ impl RawIndex {
         let ids = ids.as_slice()?.to_vec();
         py.allow_threads(|| {
             let docs = parse_docs(&metadata)?;
-            self.with_writer(|ix| {
-                for &id in &ids {
-                    if !ix.contains(id)? {
-                        return Err(Error::NotFound { id });
-                    }
-                }
-                for (&id, doc) in ids.iter().zip(&docs) {
-                    ix.set_metadata(id, doc)?;
-                }
-                Ok(())
-            })
+            self.with_writer(|ix| ix.set_metadata_many(&ids, &docs))
         })
     }
 
@@ -377,18 +361,8 @@ impl RawIndex {
     fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
         let ids = ids.as_slice()?.to_vec();
         py.allow_threads(|| {
-            self.with_writer(|ix| {
-                // All or nothing: every id must be live before any is deleted.
-                for &id in &ids {
-                    if !ix.contains(id)? {
-                        return Err(Error::NotFound { id });
-                    }
-                }
-                for &id in &ids {
-                    ix.delete(id)?;
-                }
-                Ok(())
-            })
+            // All or nothing, as one write: every id must be live before any is deleted.
+            self.with_writer(|ix| ix.delete_many(&ids))
         })
     }
 

@@ -599,6 +599,48 @@ impl Index {
     pub fn upsert(&self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
         self.write(|w| w.upsert(id, vector, metadata))
     }
+
+    /// [`Index::set_metadata`] for several ids as one write: every id is checked live first
+    /// ([`Error::NotFound`], nothing changed), and searches see every replacement at once.
+    pub fn set_metadata_many(&self, ids: &[u64], metadata: &[Metadata]) -> Result<()> {
+        if ids.len() != metadata.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} metadata documents for {} ids",
+                metadata.len(),
+                ids.len()
+            )));
+        }
+        self.write(|w| {
+            for &id in ids {
+                w.lookup(id)?.ok_or(Error::NotFound { id })?;
+            }
+            for (&id, m) in ids.iter().zip(metadata) {
+                w.set_metadata(id, m)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Index::upsert`] for several rows (`vectors` row after row) as one write: searches
+    /// see every row's add or replacement at once. Stops at the first row that fails, with
+    /// the rows before it stored (pending until the next flush).
+    pub fn upsert_many(&self, ids: &[u64], vectors: &[f32], metadata: &[Metadata]) -> Result<()> {
+        let dims = self.dims();
+        if ids.len() != metadata.len() || vectors.len() != ids.len() * dims {
+            return Err(Error::InvalidArgument(format!(
+                "{} ids, {} metadata documents and {} floats (rows of {dims}) do not match",
+                ids.len(),
+                metadata.len(),
+                vectors.len()
+            )));
+        }
+        self.write(|w| {
+            for ((&id, v), m) in ids.iter().zip(vectors.chunks(dims.max(1))).zip(metadata) {
+                w.upsert(id, v, m)?;
+            }
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]

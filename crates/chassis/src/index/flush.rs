@@ -14,15 +14,30 @@ use super::{lock, Index, Writer};
 
 impl Writer {
     pub(super) fn delete(&mut self, id: u64) -> Result<()> {
+        self.delete_many(&[id])
+    }
+
+    /// Deletes every id, or none if one is not live.
+    pub(super) fn delete_many(&mut self, ids: &[u64]) -> Result<()> {
         self.writable()?;
-        let slot = self.lookup(id)?.ok_or(Error::NotFound { id })?;
-        self.mark_pending_delete(slot);
+        let mut found = Vec::with_capacity(ids.len());
+        for &id in ids {
+            found.push((id, self.lookup(id)?.ok_or(Error::NotFound { id })?));
+        }
+        if found.is_empty() {
+            return Ok(());
+        }
+        for &(_, slot) in &found {
+            self.mark_pending_delete(slot);
+        }
         self.dirty = true;
-        // Searches see the delete from this publication on; only then does the id leave the
-        // shared table (a search on an older publication still finds it live there).
+        // Searches see the deletes from this publication on, all together; only then do the
+        // ids leave the shared table (a search on an older publication still finds them).
         self.publish();
         if let Some(map) = lock(&self.shared.ids).as_mut() {
-            map.remove(&id);
+            for (id, _) in &found {
+                map.remove(id);
+            }
         }
         Ok(())
     }
@@ -91,6 +106,12 @@ impl Index {
     /// next flush; its slot stays in the graph for routing until a compaction.
     pub fn delete(&self, id: u64) -> Result<()> {
         self.write(|w| w.delete(id))
+    }
+
+    /// Deletes every id in `ids`, all or nothing: [`Error::NotFound`], with nothing deleted,
+    /// if one is not live (an id given twice is deleted once). Searches see them go together.
+    pub fn delete_many(&self, ids: &[u64]) -> Result<()> {
+        self.write(|w| w.delete_many(ids))
     }
 
     /// Makes every add and delete since the last flush durable, together (decision 4: data,

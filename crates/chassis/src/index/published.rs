@@ -400,4 +400,44 @@ mod tests {
         index.flush().unwrap();
         assert!(has(&old) && !has(&index.view.load_full()));
     }
+
+    /// Several deletes, replacements or upserts made as one write appear in one publication:
+    /// a search sees all of them or none (fails if each delete were published on its own).
+    #[test]
+    fn a_multi_id_write_appears_at_once() {
+        let index = Index::in_memory(Options::new(8, Metric::L2Squared).m(8), 64 << 20).unwrap();
+        for i in 0..100u64 {
+            index.add(&vector(i)).unwrap();
+        }
+        let before = index.view.load_full();
+        let ids = [3u64, 50, 77];
+        {
+            let mut w = index.writer.lock().unwrap();
+            // What `delete_many` does inside the writer mutex, before the handle's own
+            // publication: one publication of its own, showing all three.
+            w.delete_many(&ids).unwrap();
+            let mid = index.view.load_full();
+            let gone = |p: &super::Published, id: u64| {
+                !p.search(&vector(id), 3, 64)
+                    .unwrap()
+                    .iter()
+                    .any(|h| h.id == id)
+            };
+            assert!(ids.iter().all(|&id| gone(&mid, id)));
+            assert!(ids.iter().all(|&id| !gone(&before, id)));
+        }
+        assert!(matches!(
+            index.delete_many(&[1, 3]),
+            Err(crate::Error::NotFound { id: 3 })
+        ));
+        assert!(
+            index.contains(1).unwrap(),
+            "nothing deleted when one id is not live"
+        );
+        let docs = vec![parse_json(r#"{"a": 1}"#).unwrap(); 2];
+        index.set_metadata_many(&[10, 11], &docs).unwrap();
+        assert_eq!(index.get_metadata(11).unwrap(), docs[1]);
+        assert!(index.set_metadata_many(&[12, 3], &docs).is_err());
+        assert_eq!(index.get_metadata(12).unwrap(), Default::default());
+    }
 }
