@@ -187,14 +187,8 @@ class ChassisVectorStore(VectorStore):
                         f"id {keys[key]!r} maps to Chassis id {key}, which holds the "
                         f"document {meta.get(ID_KEY)!r}: refusing to replace it"
                     )
-        stored_set = set(stored)
-        new = [i for i, key in enumerate(key_list) if key not in stored_set]
-        old = [i for i, key in enumerate(key_list) if key in stored_set]
-        v = vectors[rows]
-        if new:
-            ix.add(v[new], ids=[key_list[i] for i in new], metadata=[docs[i] for i in new])
-        if old:
-            ix.upsert(v[old], ids=[key_list[i] for i in old], metadata=[docs[i] for i in old])
+        # New ids are added as one batch (on every core), stored ones replaced.
+        ix.upsert(vectors[rows], ids=key_list, metadata=docs)
         if self._flush_on_write:
             ix.flush()
         return ids
@@ -259,7 +253,8 @@ class ChassisVectorStore(VectorStore):
             key = chassis_id(str(doc_id))
             if key in self._index:
                 keys.append(key)
-        return [d for d in self._documents(keys) if d.id in set(map(str, ids))]
+        wanted = set(map(str, ids))
+        return [d for d in self._documents(keys) if d.id in wanted]
 
     def _search(
         self, embedding: Sequence[float], k: int, filter: Optional[dict] = None

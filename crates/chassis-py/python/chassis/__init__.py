@@ -284,7 +284,8 @@ class Index:
     def upsert(self, vectors, ids, metadata=None) -> None:
         """Store each vector (and its metadata) under its id: an add for an id that is not
         live, a replacement of vector and metadata for one that is (the old one is deleted
-        in the same flush). Durable at :meth:`flush`."""
+        in the same flush). The ids not live are added as one batch, on every core; an id
+        given twice is stored twice in turn, the later row winning. Durable at :meth:`flush`."""
         m = _matrix(vectors, self.dims, "vectors")
         ids = _ids(ids)
         if ids.shape[0] != m.shape[0]:

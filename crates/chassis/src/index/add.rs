@@ -621,9 +621,13 @@ impl Index {
         })
     }
 
-    /// [`Index::upsert`] for several rows (`vectors` row after row) as one write: searches
-    /// see every row's add or replacement at once. Stops at the first row that fails, with
-    /// the rows before it stored (pending until the next flush).
+    /// [`Index::upsert`] for several rows (`vectors` row after row) as one write: the ids not
+    /// live are added as one batch (checked whole, linked on every core, as
+    /// [`Index::add_batch_with_metadata`]: searches see its rows as they are linked), then the
+    /// live ones replaced row by row (each replacement's new slot and old delete appear
+    /// together, all of them in the write's publication). A replacement that fails stops
+    /// there, with the batch and the replacements before it stored (pending until the next
+    /// flush).
     pub fn upsert_many(&self, ids: &[u64], vectors: &[f32], metadata: &[Metadata]) -> Result<()> {
         let dims = self.dims();
         if ids.len() != metadata.len() || vectors.len() != ids.len() * dims {
@@ -635,8 +639,32 @@ impl Index {
             )));
         }
         self.write(|w| {
-            for ((&id, v), m) in ids.iter().zip(vectors.chunks(dims.max(1))).zip(metadata) {
-                w.upsert(id, v, m)?;
+            let mut seen: HashSet<u64, IdHashBuilder> =
+                HashSet::with_capacity_and_hasher(ids.len(), IdHashBuilder::default());
+            if !ids.iter().all(|&id| seen.insert(id)) {
+                // An id given twice: each row in turn, the later replacing the earlier.
+                for ((&id, v), m) in ids.iter().zip(vectors.chunks(dims.max(1))).zip(metadata) {
+                    w.upsert(id, v, m)?;
+                }
+                return Ok(());
+            }
+            let mut live = Vec::new();
+            for (row, &id) in ids.iter().enumerate() {
+                if w.lookup(id)?.is_some() {
+                    live.push(row);
+                }
+            }
+            let is_live: HashSet<usize> = live.iter().copied().collect();
+            let new: Vec<usize> = (0..ids.len()).filter(|r| !is_live.contains(r)).collect();
+            if !new.is_empty() {
+                let row = |r: usize| &vectors[r * dims..(r + 1) * dims];
+                let flat: Vec<f32> = new.iter().flat_map(|&r| row(r).iter().copied()).collect();
+                let new_ids: Vec<u64> = new.iter().map(|&r| ids[r]).collect();
+                let docs: Vec<Metadata> = new.iter().map(|&r| metadata[r].clone()).collect();
+                w.add_batch_with_metadata(Some(&new_ids), &flat, &docs, 0)?;
+            }
+            for r in live {
+                w.upsert(ids[r], &vectors[r * dims..(r + 1) * dims], &metadata[r])?;
             }
             Ok(())
         })

@@ -106,7 +106,7 @@ impl Published {
                     return Ok(None);
                 }
                 let slot = id as u32;
-                let live = p.slot_live(slot, p.count) && p.id_of_slot(slot)? == id;
+                let live = p.slot_live(slot, p.count) && p.id_of(slot)? == id;
                 return Ok(live.then_some((p, slot)));
             }
             let found = {
@@ -135,13 +135,6 @@ impl Published {
             }
         }
         Ok(None)
-    }
-
-    fn id_of_slot(&self, slot: u32) -> Result<u64> {
-        self.regions
-            .slot_header(slot)
-            .map(|(id, _, _)| id)
-            .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))
     }
 }
 

@@ -150,27 +150,26 @@ impl Writer {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let p = Published {
             generation,
-            shared: Arc::clone(&self.shared),
-            regions: self.store.regions(),
-            count: self.count,
-            entry: self.entry,
-            header: self.store.header_arc(),
-            header_copy: self.store.header_copy(),
             pending: self.pending_deletes.len() as u64,
             dirty: self.dirty,
             flags: self.flags,
             deleted: self.deleted.clone(),
-            table_pages: self.store.table_page_count(),
-            metadata_bytes: self.store.metadata_bytes(),
-            path: self.path.clone(),
             report: self.report.clone(),
+            ..Published::initial(
+                &self.shared,
+                &self.store,
+                self.count,
+                self.entry,
+                &self.path,
+            )
         };
         self.view.store(Arc::new(p));
     }
 }
 
 impl Published {
-    /// What a writer publishes before its first change: the file as it opened it.
+    /// What a writer publishes before its first change: the file as it opened it (and the
+    /// store's part of every later publication).
     pub(super) fn initial(
         shared: &Arc<Shared>,
         store: &crate::storage::Store,
@@ -439,5 +438,28 @@ mod tests {
         assert_eq!(index.get_metadata(11).unwrap(), docs[1]);
         assert!(index.set_metadata_many(&[12, 3], &docs).is_err());
         assert_eq!(index.get_metadata(12).unwrap(), Default::default());
+    }
+
+    /// `upsert_many` adds the ids not live as one batch and replaces the live ones; an id given
+    /// twice ends with its later row.
+    #[test]
+    fn upsert_many_adds_new_ids_in_one_batch_and_replaces_live_ones() {
+        let index = Index::in_memory(Options::new(8, Metric::L2Squared).m(8), 64 << 20).unwrap();
+        index.add_with_id(5, &vector(5)).unwrap();
+        let rows: Vec<f32> = [50u64, 6, 7].iter().flat_map(|&i| vector(i)).collect();
+        let docs = vec![parse_json(r#"{"v": 2}"#).unwrap(); 3];
+        index.upsert_many(&[5, 6, 7], &rows, &docs).unwrap();
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.get(5).unwrap(), vector(50), "replaced");
+        assert_eq!(index.get(7).unwrap(), vector(7), "added");
+        assert_eq!(index.get_metadata(6).unwrap(), docs[1]);
+        let twice: Vec<f32> = [8u64, 9].iter().flat_map(|&i| vector(i)).collect();
+        index.upsert_many(&[8, 8], &twice, &docs[..2]).unwrap();
+        assert_eq!(index.get(8).unwrap(), vector(9), "the later row wins");
+        assert_eq!(index.len(), 4);
+        assert!(
+            index.upsert_many(&[1], &rows, &docs[..1]).is_err(),
+            "rows and ids must match"
+        );
     }
 }

@@ -79,7 +79,7 @@ impl Index {
 }
 
 impl Published {
-    fn id_of(&self, slot: u32) -> Result<u64> {
+    pub(super) fn id_of(&self, slot: u32) -> Result<u64> {
         self.regions
             .slot_header(slot)
             .map(|(id, _, _)| id)

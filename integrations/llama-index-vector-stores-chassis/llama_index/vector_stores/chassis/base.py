@@ -178,13 +178,8 @@ class ChassisVectorStore(BasePydanticVectorStore):
                         f"node id {seen[k]!r} maps to Chassis id {k}, which holds node "
                         f"{meta.get(ID_KEY)!r}: refusing to replace it"
                     )
-        old = set(stored)
-        new_rows = [i for i, k in enumerate(keys) if k not in old]
-        old_rows = [i for i, k in enumerate(keys) if k in old]
-        if new_rows:
-            ix.add(vectors[new_rows], ids=[keys[i] for i in new_rows], metadata=[docs[i] for i in new_rows])
-        if old_rows:
-            ix.upsert(vectors[old_rows], ids=[keys[i] for i in old_rows], metadata=[docs[i] for i in old_rows])
+        # New ids are added as one batch (on every core), stored ones replaced.
+        ix.upsert(vectors, ids=keys, metadata=docs)
         ix.flush()
         return [n.node_id for n in nodes]
 
@@ -214,7 +209,7 @@ class ChassisVectorStore(BasePydanticVectorStore):
         **delete_kwargs: Any,
     ) -> None:
         """Delete the nodes with these ids and/or passing these filters."""
-        self._delete([chassis_id_of_node(n) for n in self.get_nodes(node_ids, filters)])
+        self._delete([chassis_id(n.node_id) for n in self.get_nodes(node_ids, filters)])
 
     def get_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
@@ -277,6 +272,3 @@ class ChassisVectorStore(BasePydanticVectorStore):
         nodes = self._nodes(keys)
         return VectorStoreQueryResult(nodes=nodes, similarities=sims, ids=[n.node_id for n in nodes])
 
-
-def chassis_id_of_node(node: BaseNode) -> int:
-    return chassis_id(node.node_id)
