@@ -92,6 +92,22 @@ typedef struct chassis_index_info {
   bool read_only;
 } chassis_index_info;
 
+// What an online backup did ([`chassis_backup`], [`chassis_reader_backup`]).
+typedef struct chassis_backup_report {
+  // The header sequence the destination now holds.
+  uint64_t sequence;
+  // Live vectors in the copied state.
+  uint64_t live;
+  // Bytes written to the destination.
+  uint64_t bytes_shipped;
+  // Bytes of the source's committed state (what a full copy ships).
+  uint64_t committed_bytes;
+  // The destination was written whole and renamed over the path.
+  bool full_copy;
+  // The destination already held this state: nothing was written.
+  bool unchanged;
+} chassis_backup_report;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -455,6 +471,33 @@ enum chassis_status chassis_info(const struct chassis_index *index,
 // `reader` is a live handle; `out_info` is writable.
 enum chassis_status chassis_reader_info(const struct chassis_reader *reader,
                                         struct chassis_index_info *out_info);
+
+// Copies the last committed state (the last flush) to the file `dst` while writes go on (an
+// online backup). A `dst` holding an earlier backup of this file gets only what changed; a
+// missing one, or one holding another index, gets a full copy renamed over it. `dst` always
+// opens, even after a crash. `CHASSIS_STATUS_LOCKED` when a writer has `dst` open;
+// `CHASSIS_STATUS_INVALID_ARGUMENT` when `dst` is this file or not a Chassis file.
+// `out_report` may be null.
+//
+// Thread safety: any thread; writes and searches on the same index never wait for it.
+//
+// # Safety
+// `index` is a live handle; `dst` is a NUL-terminated UTF-8 string; `out_report` is null or
+// writable.
+enum chassis_status chassis_backup(const struct chassis_index *index,
+                                   const char *dst,
+                                   struct chassis_backup_report *out_report);
+
+// [`chassis_backup`] from a reader: copies the newest state it sees (the writer may be in
+// another process).
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As [`chassis_backup`], with `reader` a live reader handle.
+enum chassis_status chassis_reader_backup(const struct chassis_reader *reader,
+                                          const char *dst,
+                                          struct chassis_backup_report *out_report);
 
 // Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
 // `chassis_flush` first). Null is ignored.

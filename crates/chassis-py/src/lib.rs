@@ -19,7 +19,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use chassis::{
-    CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options, VectorLayout,
+    Collection, CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options,
+    VectorLayout,
 };
 
 create_exception!(
@@ -450,6 +451,35 @@ impl RawIndex {
         py.allow_threads(|| self.with_writer(|ix| ix.flush()))
     }
 
+    /// Online backup of the last committed state to `dst`; a dict of what it did.
+    fn backup<'py>(&self, py: Python<'py>, dst: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.read().ok_or_else(closed)?;
+        let r = py
+            .allow_threads(|| match &*inner {
+                Inner::Writer(ix) => ix.backup(&dst),
+                Inner::Reader(r) => r.backup(&dst),
+            })
+            .map_err(to_py)?;
+        backup_dict(py, &r)
+    }
+
+    /// `backup` into a staging file, with the patch that replays it elsewhere.
+    fn backup_patch<'py>(
+        &self,
+        py: Python<'py>,
+        staging: PathBuf,
+        full: bool,
+    ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, pyo3::types::PyBytes>)> {
+        let inner = self.read().ok_or_else(closed)?;
+        let (r, patch) = py
+            .allow_threads(|| match &*inner {
+                Inner::Writer(ix) => ix.backup_patch(&staging, full),
+                Inner::Reader(r) => r.backup_patch(&staging, full),
+            })
+            .map_err(to_py)?;
+        Ok((backup_dict(py, &r)?, pyo3::types::PyBytes::new(py, &patch)))
+    }
+
     fn compact(
         &self,
         py: Python<'_>,
@@ -639,10 +669,277 @@ impl RawIndex {
     }
 }
 
+/// The native collection; use `chassis.Collection`.
+#[pyclass(module = "chassis._chassis")]
+struct RawCollection {
+    /// As `RawIndex::inner`: cloned per call, taken out by `close`.
+    inner: RwLock<Option<Arc<Collection>>>,
+}
+
+impl RawCollection {
+    fn get(&self) -> PyResult<Arc<Collection>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Arc::clone)
+            .ok_or_else(|| InvalidArgumentError::new_err("the collection is closed"))
+    }
+
+    fn wrap(c: Collection) -> RawCollection {
+        RawCollection {
+            inner: RwLock::new(Some(Arc::new(c))),
+        }
+    }
+}
+
+#[pymethods]
+impl RawCollection {
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        dims: usize,
+        metric: &str,
+        shards: usize,
+        m: usize,
+        ef_construction: usize,
+        format: u32,
+    ) -> PyResult<RawCollection> {
+        let opts = Options::new(dims, metric_of(metric)?)
+            .m(m)
+            .ef_construction(ef_construction)
+            .vector_layout(layout_of(format)?);
+        let c = py
+            .allow_threads(|| Collection::create(&path, opts, shards))
+            .map_err(to_py)?;
+        Ok(RawCollection::wrap(c))
+    }
+
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<RawCollection> {
+        let c = py
+            .allow_threads(|| {
+                if read_only {
+                    Collection::open_read_only(&path)
+                } else {
+                    Collection::open(&path)
+                }
+            })
+            .map_err(to_py)?;
+        Ok(RawCollection::wrap(c))
+    }
+
+    fn add<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<PyReadonlyArray1<'py, u64>>,
+        metadata: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let data = vectors.as_slice()?.to_vec();
+        let ids: Option<Vec<u64>> = match ids {
+            Some(a) => Some(a.as_slice()?.to_vec()),
+            None => None,
+        };
+        let c = self.get()?;
+        let out = py.allow_threads(|| {
+            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
+            c.add(ids.as_deref(), &data, docs.as_deref()).map_err(to_py)
+        })?;
+        Ok(out.into_pyarray(py))
+    }
+
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        ef: usize,
+        threads: usize,
+        filter: Option<String>,
+    ) -> PyResult<Hits<'py>> {
+        let rows = queries.shape()[0];
+        let data = queries.as_slice()?.to_vec();
+        let c = self.get()?;
+        let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
+            let filter = filter
+                .as_deref()
+                .map(Filter::parse)
+                .transpose()
+                .map_err(to_py)?;
+            let hits = c
+                .search_many(&data, rows, k, ef, filter.as_ref(), threads)
+                .map_err(to_py)?;
+            let mut ids = vec![u64::MAX; rows * k];
+            let mut dists = vec![f32::INFINITY; rows * k];
+            for (r, list) in hits.iter().enumerate() {
+                for (i, h) in list.iter().enumerate().take(k) {
+                    ids[r * k + i] = h.id;
+                    dists[r * k + i] = h.distance;
+                }
+            }
+            Ok((ids, dists))
+        })?;
+        let shape = [rows, k];
+        Ok((
+            ids.into_pyarray(py).reshape(shape)?,
+            dists.into_pyarray(py).reshape(shape)?,
+        ))
+    }
+
+    fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
+        let ids = ids.as_slice()?.to_vec();
+        let c = self.get()?;
+        py.allow_threads(|| c.delete(&ids)).map_err(to_py)
+    }
+
+    fn get_vectors<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let ids = ids.as_slice()?.to_vec();
+        let c = self.get()?;
+        let dims = c.dims();
+        let flat = py.allow_threads(|| -> PyResult<Vec<f32>> {
+            let mut flat = Vec::with_capacity(ids.len() * dims);
+            for &id in &ids {
+                flat.extend(c.get(id).map_err(to_py)?);
+            }
+            Ok(flat)
+        })?;
+        flat.into_pyarray(py).reshape([ids.len(), dims])
+    }
+
+    fn get_metadata(
+        &self,
+        py: Python<'_>,
+        ids: PyReadonlyArray1<'_, u64>,
+    ) -> PyResult<Vec<String>> {
+        let ids = ids.as_slice()?.to_vec();
+        let c = self.get()?;
+        py.allow_threads(|| {
+            ids.iter()
+                .map(|&id| {
+                    let m = c.get_metadata(id).map_err(to_py)?;
+                    Ok(chassis::format::metadata::to_json(&m).to_string())
+                })
+                .collect()
+        })
+    }
+
+    fn contains(&self, id: u64) -> PyResult<bool> {
+        self.get()?.contains(id).map_err(to_py)
+    }
+
+    fn len(&self) -> PyResult<u64> {
+        self.get()?.len().map_err(to_py)
+    }
+
+    fn dims(&self) -> PyResult<usize> {
+        Ok(self.get()?.dims())
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.get()?;
+        py.allow_threads(|| c.flush()).map_err(to_py)
+    }
+
+    fn refresh(&self, py: Python<'_>) -> PyResult<bool> {
+        let c = self.get()?;
+        py.allow_threads(|| c.refresh()).map_err(to_py)
+    }
+
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.get()?;
+        let m = c.manifest();
+        let (generation, consistent) = c.pinned_generation();
+        let d = PyDict::new(py);
+        d.set_item("path", c.dir().to_path_buf())?;
+        d.set_item("dims", m.dims)?;
+        d.set_item("metric", m.metric.name())?;
+        d.set_item("shards", m.shards.len())?;
+        d.set_item(
+            "shard_files",
+            m.shards.iter().map(|s| s.file.clone()).collect::<Vec<_>>(),
+        )?;
+        d.set_item(
+            "shard_sequences",
+            m.shards.iter().map(|s| s.sequence).collect::<Vec<_>>(),
+        )?;
+        d.set_item("generation", generation)?;
+        d.set_item("consistent", consistent)?;
+        d.set_item("count", c.len().map_err(to_py)?)?;
+        d.set_item("read_only", c.read_only())?;
+        Ok(d)
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = taken {
+            if let Ok(c) = Arc::try_unwrap(c) {
+                py.allow_threads(|| c.close()).map_err(to_py)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+}
+
+fn backup_dict<'py>(py: Python<'py>, r: &chassis::BackupReport) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("sequence", r.sync.sequence)?;
+    d.set_item("previous_sequence", r.sync.previous_sequence)?;
+    d.set_item("live", r.sync.live)?;
+    d.set_item("bytes_shipped", r.sync.bytes_shipped)?;
+    d.set_item("bytes_compared", r.sync.bytes_compared)?;
+    d.set_item("committed_bytes", r.sync.committed_bytes)?;
+    d.set_item("unchanged", r.sync.unchanged)?;
+    d.set_item("full_copy", r.full_copy)?;
+    d.set_item("replaced_because", r.replaced_because.clone())?;
+    d.set_item("repaired_lists", r.repaired_lists)?;
+    Ok(d)
+}
+
+/// Replays a sync patch on the copy at `dst` (`chassis::apply_patch`).
+#[pyfunction]
+fn apply_patch<'py>(py: Python<'py>, dst: PathBuf, patch: Vec<u8>) -> PyResult<Bound<'py, PyDict>> {
+    let r = py
+        .allow_threads(|| chassis::apply_patch(&dst, &patch))
+        .map_err(to_py)?;
+    backup_dict(py, &r)
+}
+
+/// The shard each id lives in, for a collection of `shards` shards (`chassis::collection::shard_of`).
+#[pyfunction]
+fn shard_of<'py>(
+    py: Python<'py>,
+    ids: PyReadonlyArray1<'py, u64>,
+    shards: usize,
+) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    let out: Vec<u64> = ids
+        .as_slice()?
+        .iter()
+        .map(|&id| chassis::collection::shard_of(id, shards) as u64)
+        .collect();
+    Ok(out.into_pyarray(py))
+}
+
 #[pymodule]
 fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<RawIndex>()?;
+    m.add_class::<RawCollection>()?;
+    m.add_function(wrap_pyfunction!(shard_of, m)?)?;
+    m.add_function(wrap_pyfunction!(apply_patch, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     for (name, ty) in [
         ("ChassisError", py.get_type::<ChassisError>()),

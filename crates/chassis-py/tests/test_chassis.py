@@ -369,3 +369,65 @@ def test_ids_of_2_to_the_63_and_above_in_plain_lists(tmp_path):
         ix.delete([2**64])
     with pytest.raises(chassis.InvalidArgumentError, match="non-negative"):
         ix.delete([-1])
+
+
+def test_online_backup_while_adding_then_incremental(tmp_path):
+    src, dst = tmp_path / "src.chassis", tmp_path / "dst.chassis"
+    data = clustered(3000, 16, seed=5)
+    ix = chassis.Index.create(src, dims=16, metric="l2")
+    ix.add(data[:2000], metadata=[{"n": i} for i in range(2000)])
+    ix.flush()
+    # A writer thread keeps adding while the backup copies the last flush.
+    t = threading.Thread(target=lambda: ix.add(data[2000:2500]))
+    t.start()
+    first = ix.backup(dst)
+    t.join()
+    assert first["full_copy"] and first["live"] == 2000
+    with chassis.Index.open(dst, read_only=True) as copy:
+        assert len(copy) == 2000 and copy.get_metadata(5) == {"n": 5}
+        np.testing.assert_array_equal(copy.get(1999), data[1999])
+        assert 2000 not in copy
+    ix.delete([1, 2, 3])
+    ix.flush()
+    second = ix.backup(dst)
+    assert not second["full_copy"] and second["previous_sequence"] == first["sequence"]
+    assert second["bytes_shipped"] < second["committed_bytes"]
+    assert ix.backup(dst)["unchanged"]
+    reader = chassis.Index.open(src, read_only=True)
+    assert reader.backup(dst)["unchanged"]
+    with chassis.Index.open(dst, read_only=True) as copy:
+        assert len(copy) == 2497 and 2 not in copy
+        found, _ = copy.search(data[2400], k=1)
+        assert found[0, 0] == 2400
+    held = chassis.Index.open(dst)
+    with pytest.raises(chassis.LockedError):
+        ix.backup(dst)
+    held.close()
+    (tmp_path / "notes.txt").write_text("not an index")
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.backup(tmp_path / "notes.txt")
+
+
+def test_patches_keep_a_copy_elsewhere_current(tmp_path):
+    data = clustered(1000, 8, seed=6)
+    ix = chassis.Index.create(tmp_path / "src.chassis", dims=8, metric="l2")
+    far = tmp_path / "far"
+    far.mkdir()
+    ix.add(data[:600])
+    ix.flush()
+    report, patch = ix.backup_patch(tmp_path / "staging.chassis")
+    assert report["full_copy"] and isinstance(patch, bytes)
+    assert chassis.apply_patch(far / "copy.chassis", patch)["full_copy"]
+    ix.add(data[600:])
+    ix.delete([0, 1])
+    ix.flush()
+    report, patch = ix.backup_patch(tmp_path / "staging.chassis")
+    assert not report["full_copy"] and len(patch) < report["committed_bytes"]
+    chassis.apply_patch(far / "copy.chassis", patch)
+    with chassis.Index.open(far / "copy.chassis", read_only=True) as copy:
+        assert len(copy) == 998 and 0 not in copy
+        np.testing.assert_array_equal(copy.get(999), data[999])
+    with pytest.raises(chassis.InvalidArgumentError):
+        chassis.apply_patch(far / "copy.chassis", patch)  # already applied: out of step
+    with pytest.raises(chassis.InvalidArgumentError):
+        chassis.apply_patch(far / "copy.chassis", b"CHPATCH\0 not really")

@@ -19,11 +19,13 @@
 //!
 //! Layers, imports pointing down only: [`os`] (the only code touching the OS), [`format`](mod@format)
 //! (pure byte layouts), [`storage`] (regions and the commit protocol), [`graph`] (HNSW over a
-//! trait, no files), then [`Index`].
+//! trait, no files), then [`Index`], [`IndexReader`] and their online backup (`backup`).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+mod backup;
+pub mod collection;
 mod error;
 pub mod filter;
 pub mod format;
@@ -40,6 +42,8 @@ mod query;
 mod reader;
 pub mod storage;
 
+pub use backup::{apply_patch, BackupReport};
+pub use collection::Collection;
 pub use error::{Error, Result};
 pub use filter::Filter;
 pub use format::geometry::Geometry;

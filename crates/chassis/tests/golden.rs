@@ -685,11 +685,12 @@ fn unknown_flag_bits_are_read_and_never_written() {
 
 #[test]
 fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
-    // The header's reserved bytes.
+    // The header's reserved bytes, and the backup stamp before them (ignored when read, and
+    // written as zero by every commit, as reserved bytes are).
     let g = golden("f4-custom-ids");
     let dir = tempfile::tempdir().unwrap();
     let path = g.copy_to(dir.path());
-    poke_headers(&path, header::at::RESERVED, &[0x5A; 52]);
+    poke_headers(&path, header::at::BACKUP_STAMP, &[0x5A; 52]);
     let reader = IndexReader::open(&path).unwrap();
     shows_what_it_must(&g, &reader, "reserved header bytes, reader");
     let ix = Index::open(&path).unwrap();
@@ -702,7 +703,7 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     let copy = ix.store().header_copy();
     drop(ix);
     let bytes = fs::read(&path).unwrap();
-    let base = copy * 65_536 + header::at::RESERVED;
+    let base = copy * 65_536 + header::at::BACKUP_STAMP;
     assert!(
         bytes[base..base + 52].iter().all(|&b| b == 0),
         "the header a writer writes has zero reserved bytes"

@@ -46,10 +46,9 @@ use std::sync::Arc;
 use chassis::mutants::{self, Mutant};
 use chassis::os::{FaultKind, MemStorage};
 use chassis::{CompactOptions, Error, Index, IndexReader, Metadata, Metric, Options, Value};
-use common::{clustered, Rng};
+use common::{clustered, Moment, Rng};
 
 const CAP: usize = 64 << 20;
-const SECTOR: usize = 512;
 
 /// Live ids with their vectors and metadata.
 type State = BTreeMap<u64, (Vec<f32>, Metadata)>;
@@ -83,64 +82,6 @@ fn env(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-/// What a crash may leave: the durable image, the current one, and the image as of the last
-/// sync attempt (sectors equal to it were not written since and keep their durable contents).
-struct Moment {
-    durable: Vec<u8>,
-    current: Vec<u8>,
-    clean: Vec<u8>,
-}
-
-impl Moment {
-    fn of(mem: &MemStorage) -> Moment {
-        Moment {
-            durable: mem.durable_image(),
-            current: mem.current_image(),
-            clean: mem.clean_image(),
-        }
-    }
-
-    /// A crash at an fsync that took the durable image from `before` to `after`.
-    fn at_sync(before: &[u8], after: &[u8]) -> Moment {
-        Moment {
-            durable: before.to_vec(),
-            current: after.to_vec(),
-            clean: before.to_vec(),
-        }
-    }
-
-    fn crash_image(&self, rng: &mut Rng) -> Vec<u8> {
-        let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
-        let mut img = self.current.clone();
-        for (s, chunk) in img.chunks_mut(SECTOR).enumerate() {
-            let at = s * SECTOR;
-            let durable: Vec<u8> = (0..chunk.len())
-                .map(|i| byte(&self.durable, at + i))
-                .collect();
-            let written = (0..chunk.len()).any(|i| chunk[i] != byte(&self.clean, at + i));
-            if !written {
-                chunk.copy_from_slice(&durable);
-                continue;
-            }
-            match rng.below(3) {
-                0 => chunk.copy_from_slice(&durable),
-                1 => {}
-                _ => {
-                    for (w, word) in chunk.chunks_mut(8).enumerate() {
-                        if rng.below(2) == 0 {
-                            word.copy_from_slice(&durable[w * 8..w * 8 + word.len()]);
-                        }
-                    }
-                }
-            }
-        }
-        if self.durable.len() < img.len() && rng.below(2) == 0 {
-            img.truncate(self.durable.len());
-        }
-        img
-    }
 }
 
 struct Tally {

@@ -151,6 +151,23 @@ int main(int argc, char **argv) {
     CHECK(chassis_reader_search(r, v, DIMS, 1, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
               found == 1 && ids[0] == 150,
           "reader after compaction");
+
+    /* Online backup: a full copy, then nothing new; from the reader too. */
+    char copy_path[4096];
+    snprintf(copy_path, sizeof copy_path, "%s/backup.chassis", dir);
+    chassis_backup_report br;
+    CHECK(chassis_backup(ix, copy_path, &br) == CHASSIS_STATUS_OK && br.full_copy &&
+              br.live == 2 * N - 100 && br.bytes_shipped > 0,
+          "backup");
+    CHECK(chassis_reader_backup(r, copy_path, &br) == CHASSIS_STATUS_OK && br.unchanged &&
+              br.bytes_shipped == 0,
+          "backup again: unchanged");
+    CHECK(chassis_backup(ix, path, NULL) == CHASSIS_STATUS_INVALID_ARGUMENT, "backup onto itself");
+    chassis_reader *copy = NULL;
+    CHECK(chassis_open_reader(copy_path, &copy) == CHASSIS_STATUS_OK &&
+              chassis_reader_len(copy, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100,
+          "backup opens");
+    chassis_reader_close(copy);
     chassis_reader_close(r);
     chassis_close(ix);
     chassis_close(NULL);

@@ -22,6 +22,7 @@ Errors are ``chassis.ChassisError`` subclasses: ``CorruptError`` (``NotChassisFi
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 
@@ -37,15 +38,21 @@ from ._chassis import (  # noqa: F401  (re-exported)
     NotChassisFileError,
     NotFoundError,
     PoisonedError,
+    RawCollection as _RawCollection,
     RawIndex as _RawIndex,
     ReadOnlyError,
     StorageError,
     TooNewError,
     __version__,
+    apply_patch as _apply_patch,
+    shard_of as _shard_of,
 )
 
 __all__ = [
     "Index",
+    "Collection",
+    "shard_of",
+    "apply_patch",
     "migrate_hnswlib",
     "MISSING_ID",
     "ChassisError",
@@ -388,6 +395,28 @@ class Index:
         Readers in other processes move to the new file by themselves."""
         self._raw.compact(M, ef_construction, threads, None if format is None else int(format))
 
+    def backup(self, dst) -> dict:
+        """Copy the last committed state (the last ``flush``) to the file ``dst`` while
+        writes go on: an online backup, as SQLite's. Searches and writes on this index keep
+        running; the copy opens as a plain Chassis file, passes ``check`` and holds exactly
+        this index's vectors, ids, metadata and deletes at that state. Repeat into the same
+        ``dst`` to ship only what changed since; a missing ``dst``, or one holding another
+        index, gets a full copy written beside it and renamed over it, so ``dst`` always
+        opens. Unflushed changes are not copied. Works on ``read_only=True`` handles too
+        (copying the state they see). Returns what it did: ``sequence``, ``live``,
+        ``bytes_shipped``, ``committed_bytes``, ``full_copy``, ``unchanged``, ...
+        Raises ``LockedError`` when a writer has ``dst`` open."""
+        return self._raw.backup(os.fspath(dst))
+
+    def backup_patch(self, staging, full: bool = False):
+        """:meth:`backup` into ``staging`` (a file on this machine that stands for a copy
+        elsewhere), returning ``(report, patch)``: ``patch`` is bytes that bring that other
+        copy, on a machine that can't see this file system, to the same state with
+        :func:`apply_patch`, shipping only what changed since the last patch. ``full=True``
+        rewrites ``staging`` whole, so the patch is a full copy (for a copy that is missing
+        or out of step: :func:`apply_patch` refuses an incremental patch it can't take)."""
+        return self._raw.backup_patch(os.fspath(staging), bool(full))
+
     def info(self) -> dict:
         """Counts, parameters and file details as a dict."""
         return self._raw.info()
@@ -439,3 +468,170 @@ def migrate_hnswlib(src, dst, metric: str) -> Index:
         ix = chassis.migrate_hnswlib("index.bin", "docs.chassis", "cosine")
     """
     return Index._wrap(_RawIndex.migrate_hnswlib(str(src), str(dst), metric))
+
+
+def apply_patch(dst, patch: bytes) -> dict:
+    """Replay a patch from :meth:`Index.backup_patch` on the copy at ``dst``: a full patch
+    writes a new file and renames it over ``dst``; an incremental one needs ``dst`` to hold
+    exactly the state the patch starts from (:class:`InvalidArgumentError` otherwise, with
+    ``dst`` untouched: ask for a full patch). A crash while replaying leaves ``dst`` at its
+    previous state or the new one. Returns what it did, as :meth:`Index.backup`."""
+    return _apply_patch(os.fspath(dst), bytes(patch))
+
+
+def shard_of(ids, shards: int) -> np.ndarray:
+    """The shard of a :class:`Collection` of ``shards`` shards that each id lives in (a fixed
+    mix of the id's bits, modulo ``shards``): how a collection, and :mod:`chassis.ray`, route
+    rows. Returns a uint64 array."""
+    return _shard_of(_ids(ids), int(shards))
+
+
+class Collection:
+    """Many Chassis files searched as one index: a directory of shard files and a manifest.
+
+    Open it with :meth:`Collection.create` or :meth:`Collection.open`. Ids are global (uint64);
+    each row lives in the shard :func:`shard_of` names, so a get, delete or replace touches one
+    shard. A search asks every shard (in parallel) for its exact ``k`` nearest and merges them by
+    distance: the merged list is the exact top ``k`` of what the shards found, with exact
+    distances, as one file's search.
+
+    Writes are per shard and become durable at :meth:`flush`, which flushes every shard and
+    then publishes the manifest (``collection.json``, replaced atomically) naming each shard's
+    committed state. A crash between two shards' flushes leaves each shard at its own last
+    flush (the next writer takes those states and publishes them). ``read_only=True`` opens
+    lock-free readers that serve one consistent set: every shard exactly as the last published
+    manifest names it, until :meth:`refresh`. Each shard is a plain Chassis file: back it up,
+    check it or open it with :class:`Index` on its own (``info()["shard_files"]``).
+    """
+
+    __slots__ = ("_raw", "_dims")
+
+    def __init__(self, *_args, **_kwargs):
+        raise TypeError("use chassis.Collection.create(...) or chassis.Collection.open(...)")
+
+    @classmethod
+    def _wrap(cls, raw) -> "Collection":
+        self = object.__new__(cls)
+        self._raw = raw
+        self._dims = raw.dims()
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        path,
+        dims: int,
+        metric: str = "cosine",
+        shards: int = 4,
+        M: int = 16,
+        ef_construction: int = 200,
+        format: int = 4,
+    ) -> "Collection":
+        """Create a collection of ``shards`` empty shards in the directory ``path`` (created
+        if missing; it must not hold a collection) and open it as the writer. The other
+        arguments are :meth:`Index.create`'s, for every shard."""
+        return cls._wrap(
+            _RawCollection.create(
+                str(path),
+                int(dims),
+                metric,
+                int(shards),
+                int(M),
+                int(ef_construction),
+                int(format),
+            )
+        )
+
+    @classmethod
+    def open(cls, path, read_only: bool = False) -> "Collection":
+        """Open a collection: as its writer (every shard's lock; :class:`LockedError` if
+        another writer has one), or with ``read_only=True`` as lock-free readers pinned to the
+        last published manifest."""
+        return cls._wrap(_RawCollection.open(str(path), bool(read_only)))
+
+    @property
+    def dims(self) -> int:
+        """Vector dimensions."""
+        return self._dims
+
+    def add(self, vectors, ids=None, metadata=None) -> np.ndarray:
+        """Add rows (as :meth:`Index.add`): each shard takes its rows as one batch, the shards
+        in parallel. Without ``ids`` the collection assigns them (one above every id stored).
+        Returns the ids. Durable at :meth:`flush`."""
+        v = _matrix(vectors, self._dims, "vectors")
+        ids = None if ids is None else _ids(ids)
+        return self._raw.add(v, ids, _docs(metadata, v.shape[0]))
+
+    def search(self, queries, k: int = 10, ef: int | None = None, threads: int = 0, filter=None):
+        """The ``k`` nearest live vectors of each query over every shard, nearest first, as
+        :meth:`Index.search` (``ef`` per shard; ``filter`` one dict for every query).
+        ``threads``: shards searched at once (0: one per core, 1: one after another).
+        Returns ``(ids, distances)`` of shape (n, k), padded with :data:`MISSING_ID` and
+        ``inf``."""
+        q = _matrix(queries, self._dims, "queries")
+        k = int(k)
+        if k < 1:
+            raise InvalidArgumentError("k must be at least 1")
+        ef = max(64, k) if ef is None else int(ef)
+        if ef < 1:
+            raise InvalidArgumentError("ef must be at least 1")
+        f = None if filter is None else _json(filter, "filter")
+        return self._raw.search(q, k, ef, int(threads), f)
+
+    def delete(self, ids) -> None:
+        """Delete ids (each from its shard; within a shard all or nothing). Durable at
+        :meth:`flush`."""
+        self._raw.delete(_ids(ids))
+
+    def get(self, ids):
+        """The stored vector of one id (1-D) or several (2-D)."""
+        scalar = np.ndim(ids) == 0
+        out = self._raw.get_vectors(_ids(ids))
+        return out[0] if scalar else out
+
+    def get_metadata(self, ids):
+        """The metadata dict of one id, or a list of dicts for several."""
+        scalar = np.ndim(ids) == 0
+        out = json.loads("[" + ",".join(self._raw.get_metadata(_ids(ids))) + "]")
+        return out[0] if scalar else out
+
+    def flush(self) -> None:
+        """Flush every shard, then publish the manifest naming their committed states."""
+        self._raw.flush()
+
+    def refresh(self) -> bool:
+        """A read-only collection moves to the newest published manifest; returns whether
+        every shard is exactly as it names (False while a writer is between shard flushes, or
+        stopped there: the newest shard states are served). A writer's does nothing."""
+        return self._raw.refresh()
+
+    def info(self) -> dict:
+        """Shards, their files and committed sequences, the manifest's generation, count."""
+        return self._raw.info()
+
+    def close(self) -> None:
+        """Flush (a writer) and close every shard. Idempotent."""
+        self._raw.close()
+
+    def __len__(self) -> int:
+        return int(self._raw.len())
+
+    def __contains__(self, id) -> bool:
+        try:
+            i = int(id)
+        except (TypeError, ValueError):
+            return False
+        return 0 <= i <= MISSING_ID and self._raw.contains(i)
+
+    def __enter__(self) -> "Collection":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._raw.is_closed():
+            return "<chassis.Collection closed>"
+        i = self.info()
+        kind = "reader" if i["read_only"] else "writer"
+        return f"<chassis.Collection {kind} {i['path']!r}: {i['shards']} shards, {i['count']} vectors>"

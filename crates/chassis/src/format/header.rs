@@ -53,7 +53,8 @@ pub mod at {
     pub const EF_CONSTRUCTION: usize = 156;
     pub const SEED: usize = 160;
     pub const VECTOR_LAYOUT: usize = 168;
-    pub const RESERVED: usize = 172;
+    pub const BACKUP_STAMP: usize = 172;
+    pub const RESERVED: usize = 180;
     pub const SEQUENCE: usize = 224;
     pub const CHECKSUM: usize = 232;
     pub const TABLE_PAGE_OFFSETS: usize = 240;
@@ -96,7 +97,8 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("ef_construction", at::EF_CONSTRUCTION, 4),
     ("seed", at::SEED, 8),
     ("vector_layout", at::VECTOR_LAYOUT, 4),
-    ("reserved", at::RESERVED, 52),
+    ("backup_stamp", at::BACKUP_STAMP, 8),
+    ("reserved", at::RESERVED, 44),
     ("sequence", at::SEQUENCE, 8),
     ("checksum", at::CHECKSUM, 8),
 ];

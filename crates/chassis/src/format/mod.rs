@@ -16,6 +16,7 @@ pub mod header;
 pub mod hnswlib;
 pub mod live;
 pub mod metadata;
+pub mod patch;
 pub mod record;
 pub mod table;
 pub mod vector;

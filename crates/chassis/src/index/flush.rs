@@ -92,6 +92,25 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Closes a writer whose only changes are the repair pass's list edits (see
+    /// [`Writer::repair_graph`]) without a commit: makes the lists durable, then writes the
+    /// clean-close marker for the current header, so the sequence (and a backup's stamp)
+    /// stays. With anything else pending it closes as [`Writer::close`] does.
+    pub(crate) fn close_keeping_sequence(mut self) -> Result<()> {
+        let h = self.store.header();
+        let only_lists = self.pending_deletes.is_empty()
+            && u64::from(self.count) == h.committed_count
+            && self.next_id == h.next_id;
+        if self.read_only.is_some() || !only_lists {
+            return self.close();
+        }
+        self.store.sync()?;
+        self.dirty = false;
+        self.store.mark_clean()
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         if self.read_only.is_none() && !self.dirty {
@@ -127,5 +146,11 @@ impl Index {
     pub fn close(self) -> Result<()> {
         let writer = self.writer.into_inner().unwrap_or_else(|p| p.into_inner());
         writer.close()
+    }
+
+    /// Closes after a repair pass without committing (a backup's last step).
+    pub(crate) fn close_keeping_sequence(self) -> Result<()> {
+        let writer = self.writer.into_inner().unwrap_or_else(|p| p.into_inner());
+        writer.close_keeping_sequence()
     }
 }

@@ -219,6 +219,44 @@ impl Index {
         self.current().dirty
     }
 
+    /// Copies the newest committed state (the last flush) to `dst` while writes go on: an
+    /// online backup that takes no lock a write holds and never writes this file. A `dst`
+    /// holding an earlier backup of this file is brought up to date by shipping only what
+    /// changed; a missing `dst`, or one holding another Chassis file, gets a full copy written
+    /// beside it and renamed over it. `dst` is never left unopenable, even by a crash; it opens
+    /// as a plain Chassis file that passes `check` and holds exactly this file's vectors, ids,
+    /// metadata and deletes at the copied sequence (see `docs/SCALING.md`).
+    ///
+    /// Adds and deletes not flushed yet are not in the copy. Errors: [`Error::Locked`] when a
+    /// writer has `dst` open, [`Error::InvalidArgument`] when `dst` is this file or a file
+    /// that is not a Chassis file.
+    pub fn backup(&self, dst: impl AsRef<std::path::Path>) -> Result<crate::BackupReport> {
+        let p = self.view.load_full();
+        crate::backup::to_path(&*p.shared.storage, &p.header, dst.as_ref())
+    }
+
+    /// [`Index::backup`] into `staging` (a file on this machine), also returning what it wrote
+    /// there as a patch: bytes that bring another copy of `staging`, on a machine without
+    /// access to this file system, to the same state ([`crate::apply_patch`]). A replica
+    /// kept current this way ships only what changed. With `full`, `staging` is rewritten
+    /// whole, so the patch is a full copy (for a replica that is missing or out of step).
+    pub fn backup_patch(
+        &self,
+        staging: impl AsRef<std::path::Path>,
+        full: bool,
+    ) -> Result<(crate::BackupReport, Vec<u8>)> {
+        let p = self.view.load_full();
+        crate::backup::to_path_with_patch(&*p.shared.storage, &p.header, staging.as_ref(), full)
+    }
+
+    /// The storage-level step of [`Index::backup`] into any [`crate::os::Storage`] (the
+    /// caller holds its writer lock): no rename and no repair pass (open the destination as a
+    /// writer for that). For custom storage and the power-loss tests.
+    pub fn backup_into(&self, dst: &dyn crate::os::Storage) -> Result<crate::storage::SyncOutcome> {
+        let p = self.view.load_full();
+        crate::storage::sync_state(&*p.shared.storage, &p.header, dst)
+    }
+
     /// A summary of the index and its file.
     pub fn info(&self) -> Result<Info> {
         self.current().info()

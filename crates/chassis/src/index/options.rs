@@ -160,6 +160,9 @@ pub struct Info {
     pub pending_delete_epoch: u64,
     /// Header sequence.
     pub sequence: u64,
+    /// The id an add without one would get, as of the last flush (one above every id the
+    /// file has stored).
+    pub next_id: u64,
     /// Which copy holds the newest header (`A` or `B`).
     pub header_copy: char,
     /// Entry point's top layer.

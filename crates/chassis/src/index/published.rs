@@ -270,6 +270,7 @@ impl Published {
             delete_epoch: h.delete_epoch,
             pending_delete_epoch: h.pending_delete_epoch,
             sequence: h.sequence,
+            next_id: h.next_id,
             header_copy: if self.header_copy == 0 { 'A' } else { 'B' },
             max_layer: self.entry.map_or(0, |e| e.1),
             geometry: self.regions.geometry(),

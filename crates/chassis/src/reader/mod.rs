@@ -496,6 +496,29 @@ impl IndexReader {
         all
     }
 
+    /// Copies the newest committed state this reader sees to `dst`, while the file's writer
+    /// (in any process) keeps working: see [`crate::Index::backup`], whose rules it follows.
+    pub fn backup(&self, dst: impl AsRef<Path>) -> Result<crate::BackupReport> {
+        let snap = self.snapshot()?;
+        crate::backup::to_path(&*snap.file.storage, &snap.header, dst.as_ref())
+    }
+
+    /// [`crate::Index::backup_patch`] from this reader's newest committed state.
+    pub fn backup_patch(
+        &self,
+        staging: impl AsRef<Path>,
+        full: bool,
+    ) -> Result<(crate::BackupReport, Vec<u8>)> {
+        let snap = self.snapshot()?;
+        crate::backup::to_path_with_patch(&*snap.file.storage, &snap.header, staging.as_ref(), full)
+    }
+
+    /// The storage-level step of [`IndexReader::backup`]: see [`crate::Index::backup_into`].
+    pub fn backup_into(&self, dst: &dyn Storage) -> Result<crate::storage::SyncOutcome> {
+        let snap = self.snapshot()?;
+        crate::storage::sync_state(&*snap.file.storage, &snap.header, dst)
+    }
+
     /// Live vectors in the current snapshot.
     pub fn len(&self) -> Result<u64> {
         Ok(self.snapshot()?.len())

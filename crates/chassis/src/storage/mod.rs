@@ -15,6 +15,12 @@
 //! * Every region offset read from the file was checked to be aligned and inside the file
 //!   before it was mapped; slot and heap accessors return `None` rather than read outside.
 
+mod backup;
+
+pub use backup::{
+    closed_cleanly_at, replay, stamped_sequence, sync_state, Recorder, SyncOutcome, SyncReport,
+};
+
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -720,6 +726,15 @@ impl Store {
             .u64_at(base)?
             .store(u64::from_le_bytes(live::CLEAN_MAGIC), Ordering::Release);
         self.active = false;
+        self.sync_or_poison()
+    }
+
+    /// Makes every write so far durable (lists a repair pass edited), poisoning on failure.
+    pub fn sync(&mut self) -> Result<()> {
+        self.require_writable()?;
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
         self.sync_or_poison()
     }
 

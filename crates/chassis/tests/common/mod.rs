@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use chassis::graph::distance::reference;
+use chassis::os::MemStorage;
 use chassis::{Geometry, Metric, Options};
 
 /// Options in the unit-test geometry (16-slot segments, 1 KiB heap chunks, 4-entry table
@@ -95,4 +96,65 @@ pub fn parse_ids(text: &str) -> std::collections::BTreeSet<u64> {
         .filter(|s| !s.is_empty())
         .map(|s| s.trim().parse().unwrap())
         .collect()
+}
+
+/// The power-loss simulator's sector size.
+pub const SECTOR: usize = 512;
+
+/// What a crash may leave: the durable image, the current one, and the image as of the last
+/// sync attempt (sectors equal to it were not written since and keep their durable contents).
+pub struct Moment {
+    pub durable: Vec<u8>,
+    pub current: Vec<u8>,
+    pub clean: Vec<u8>,
+}
+
+impl Moment {
+    pub fn of(mem: &MemStorage) -> Moment {
+        Moment {
+            durable: mem.durable_image(),
+            current: mem.current_image(),
+            clean: mem.clean_image(),
+        }
+    }
+
+    /// A crash at an fsync that took the durable image from `before` to `after`.
+    pub fn at_sync(before: &[u8], after: &[u8]) -> Moment {
+        Moment {
+            durable: before.to_vec(),
+            current: after.to_vec(),
+            clean: before.to_vec(),
+        }
+    }
+
+    pub fn crash_image(&self, rng: &mut Rng) -> Vec<u8> {
+        let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
+        let mut img = self.current.clone();
+        for (s, chunk) in img.chunks_mut(SECTOR).enumerate() {
+            let at = s * SECTOR;
+            let durable: Vec<u8> = (0..chunk.len())
+                .map(|i| byte(&self.durable, at + i))
+                .collect();
+            let written = (0..chunk.len()).any(|i| chunk[i] != byte(&self.clean, at + i));
+            if !written {
+                chunk.copy_from_slice(&durable);
+                continue;
+            }
+            match rng.below(3) {
+                0 => chunk.copy_from_slice(&durable),
+                1 => {}
+                _ => {
+                    for (w, word) in chunk.chunks_mut(8).enumerate() {
+                        if rng.below(2) == 0 {
+                            word.copy_from_slice(&durable[w * 8..w * 8 + word.len()]);
+                        }
+                    }
+                }
+            }
+        }
+        if self.durable.len() < img.len() && rng.below(2) == 0 {
+            img.truncate(self.durable.len());
+        }
+        img
+    }
 }
