@@ -42,6 +42,20 @@ pub fn read_fvecs(path: &Path) -> std::io::Result<Vectors> {
     Ok(Vectors { dims, data })
 }
 
+/// Reads an .ivecs file (ground truth): one list of i32 per row.
+pub fn read_ivecs(path: &Path) -> Vec<Vec<i32>> {
+    let b = fs::read(path).expect("ground truth");
+    let k = i32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+    b.chunks_exact(4 + 4 * k)
+        .map(|r| {
+            r[4..]
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect()
+        })
+        .collect()
+}
+
 /// Where the shared pypi-minilm data lives, if it is there.
 pub fn pypi_minilm() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pypi-minilm");

@@ -1,9 +1,9 @@
 //! (b) The pure decoders: header copies (alone and chosen between two), table page heads,
 //! heap chunk heads, hnswlib files, and metadata documents and heap entries (a document that
-//! decodes re-encodes to the same bytes).
+//! decodes re-encodes to the same bytes), and sync patches (likewise canonical).
 #![no_main]
 
-use chassis::format::{header, hnswlib::HnswlibFile, metadata, table};
+use chassis::format::{header, hnswlib::HnswlibFile, metadata, patch, table};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(len) = metadata::entry_len(head, rest.len() as u64, 0) {
             let _ = metadata::check_entry(head, &rest[..len], 7, 0);
         }
+    }
+    if let Ok(p) = patch::Patch::decode(data) {
+        assert_eq!(p.encode(), data, "patches are canonical");
     }
     if let Ok(f) = HnswlibFile::parse(data) {
         for i in 0..f.count.min(10_000) {

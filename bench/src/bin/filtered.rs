@@ -9,13 +9,13 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use chassis::filter::search::Strategy;
 use chassis::format::metadata::{parse_json, Metadata, Value};
 use chassis::{Filter, Index, IndexReader, Metric, Options};
-use chassis_bench::{pypi_minilm, read_fvecs};
+use chassis_bench::{pypi_minilm, read_fvecs, read_ivecs};
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -27,19 +27,6 @@ fn arg(name: &str, default: usize) -> usize {
 
 fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
-}
-
-fn read_ivecs(path: &Path) -> Vec<Vec<i32>> {
-    let b = std::fs::read(path).expect("ground truth");
-    let k = i32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-    b.chunks_exact(4 + 4 * k)
-        .map(|r| {
-            r[4..]
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect()
-        })
-        .collect()
 }
 
 /// Per kind: recall sum, queries, seconds per counted pass, how queries were answered.

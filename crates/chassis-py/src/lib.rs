@@ -210,6 +210,20 @@ fn layout_of(format: u32) -> PyResult<VectorLayout> {
     }
 }
 
+/// The options `create` takes from Python.
+fn options_of(
+    dims: usize,
+    metric: &str,
+    m: usize,
+    ef_construction: usize,
+    format: u32,
+) -> PyResult<Options> {
+    Ok(Options::new(dims, metric_of(metric)?)
+        .m(m)
+        .ef_construction(ef_construction)
+        .vector_layout(layout_of(format)?))
+}
+
 /// The file format a vector layout belongs to.
 fn format_of(layout: VectorLayout) -> u32 {
     match layout {
@@ -230,10 +244,7 @@ impl RawIndex {
         ef_construction: usize,
         format: u32,
     ) -> PyResult<RawIndex> {
-        let opts = Options::new(dims, metric_of(metric)?)
-            .m(m)
-            .ef_construction(ef_construction)
-            .vector_layout(layout_of(format)?);
+        let opts = options_of(dims, metric, m, ef_construction, format)?;
         let p = path.clone();
         let ix = py
             .allow_threads(|| Index::create(&p, opts))
@@ -707,10 +718,7 @@ impl RawCollection {
         ef_construction: usize,
         format: u32,
     ) -> PyResult<RawCollection> {
-        let opts = Options::new(dims, metric_of(metric)?)
-            .m(m)
-            .ef_construction(ef_construction)
-            .vector_layout(layout_of(format)?);
+        let opts = options_of(dims, metric, m, ef_construction, format)?;
         let c = py
             .allow_threads(|| Collection::create(&path, opts, shards))
             .map_err(to_py)?;

@@ -796,3 +796,29 @@ fn metadata_added_to_an_older_file_raises_only_its_write_version() {
         assert_eq!(ix.info().unwrap().versions, (read, 5), "{name}");
     }
 }
+
+#[test]
+fn a_backup_is_stamped_until_something_commits_to_it() {
+    let g = golden("f4-backup");
+    let dir = tempfile::tempdir().unwrap();
+    let path = g.copy_to(dir.path());
+    let stamp = |p: &Path| {
+        let s = chassis::os::FileStorage::open(p, false).unwrap();
+        chassis::storage::stamped_sequence(&s).unwrap()
+    };
+    let (sequence, _, stamped) = stamp(&path);
+    assert!(stamped, "a backup's header carries the stamp for its sequence");
+    // A writer that opens it and closes without a change keeps it (nothing committed) ...
+    let ix = Index::open(&path).unwrap();
+    assert!(ix.open_report().clean);
+    ix.close().unwrap();
+    assert_eq!(stamp(&path), (sequence, stamp(&path).1, true));
+    // ... a commit clears it, so a later backup into the file would replace it whole.
+    let ix = Index::open(&path).unwrap();
+    let (rows, _) = more(&g, 1, 5);
+    ix.add(&rows).unwrap();
+    ix.flush().unwrap();
+    drop(ix);
+    let (after, _, stamped) = stamp(&path);
+    assert!(after > sequence && !stamped);
+}

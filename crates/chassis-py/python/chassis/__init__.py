@@ -26,7 +26,15 @@ import os
 
 import numpy as np
 
-from ._chassis import (  # noqa: F401  (re-exported)
+import sys
+
+from . import _chassis as _native
+
+# The native exceptions say their module is "_chassis"; naming it lets them pickle (to and
+# from other processes: multiprocessing, Ray) as themselves.
+sys.modules.setdefault("_chassis", _native)
+
+from ._chassis import (  # noqa: F401,E402  (re-exported)
     ChassisError,
     CorruptError,
     DimensionMismatchError,
@@ -154,6 +162,17 @@ def _ids(x, what: str = "ids") -> np.ndarray:
     if a.size and a.dtype.kind == "i" and int(a.min()) < 0:
         raise InvalidArgumentError(f"{what} must be non-negative")
     return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+def _k_ef(k, ef):
+    """``k`` and ``ef`` checked, ``ef`` defaulting to max(64, k)."""
+    k = int(k)
+    if k < 1:
+        raise InvalidArgumentError("k must be at least 1")
+    ef = max(64, k) if ef is None else int(ef)
+    if ef < 1:
+        raise InvalidArgumentError("ef must be at least 1")
+    return k, ef
 
 
 class Index:
@@ -355,12 +374,7 @@ class Index:
         :data:`MISSING_ID` and ``inf``.
         """
         q = _matrix(queries, self.dims, "queries")
-        k = int(k)
-        if k < 1:
-            raise InvalidArgumentError("k must be at least 1")
-        ef = max(64, k) if ef is None else int(ef)
-        if ef < 1:
-            raise InvalidArgumentError("ef must be at least 1")
+        k, ef = _k_ef(k, ef)
         if filter is None:
             filters = None
         elif isinstance(filter, dict):
@@ -569,12 +583,7 @@ class Collection:
         Returns ``(ids, distances)`` of shape (n, k), padded with :data:`MISSING_ID` and
         ``inf``."""
         q = _matrix(queries, self._dims, "queries")
-        k = int(k)
-        if k < 1:
-            raise InvalidArgumentError("k must be at least 1")
-        ef = max(64, k) if ef is None else int(ef)
-        if ef < 1:
-            raise InvalidArgumentError("ef must be at least 1")
+        k, ef = _k_ef(k, ef)
         f = None if filter is None else _json(filter, "filter")
         return self._raw.search(q, k, ef, int(threads), f)
 

@@ -121,6 +121,9 @@ impl Patch {
             )));
         }
         let flags = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+        if flags & !(FLAG_FULL | FLAG_BASE_IN_B) != 0 {
+            return Err(bad(&format!("unknown flags {flags:#x}")));
+        }
         let base_sequence = super::u64_at(b, 16);
         let sequence = super::u64_at(b, 24);
         let count = super::u64_at(b, 32);

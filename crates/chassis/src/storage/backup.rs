@@ -468,26 +468,30 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
     let g = state.geometry;
     let old_upper = old.as_ref().map_or(0, |d| d.upper_heap_next);
     let old_meta = old.as_ref().map_or(0, |d| d.metadata_heap_next);
-    for (k, &off) in st.upper.iter().enumerate() {
-        let k = k as u64;
-        let bytes = g.heap_chunk_bytes(k);
-        let used = heap_used(state.upper_heap_next, k, bytes);
-        let was = if (k as usize) < dt.upper.len() {
-            heap_used(old_upper, k, bytes).min(used)
+    // Bytes of chunk k in use in the new state, and of those the destination already had.
+    let extent = |k: usize, bytes: u64, next: u64, old_next: u64, had: usize| {
+        let used = heap_used(next, k as u64, bytes);
+        let was = if k < had {
+            heap_used(old_next, k as u64, bytes).min(used)
         } else {
             0
         };
+        (used, was)
+    };
+    for (k, &off) in st.upper.iter().enumerate() {
+        let bytes = g.heap_chunk_bytes(k as u64);
+        let (used, was) = extent(k, bytes, state.upper_heap_next, old_upper, dt.upper.len());
         c.copy(off, used, was, &no_fix)?;
     }
     for (k, &off) in st.metadata.iter().enumerate() {
-        let k = k as u64;
-        let bytes = g.metadata_chunk_bytes(k);
-        let used = heap_used(state.metadata_heap_next, k, bytes);
-        let was = if (k as usize) < dt.metadata.len() {
-            heap_used(old_meta, k, bytes).min(used)
-        } else {
-            0
-        };
+        let bytes = g.metadata_chunk_bytes(k as u64);
+        let (used, was) = extent(
+            k,
+            bytes,
+            state.metadata_heap_next,
+            old_meta,
+            dt.metadata.len(),
+        );
         c.copy(off + was, used - was, 0, &no_fix)?;
     }
     // (5) Data durable, then the header that counts it, then durable.
