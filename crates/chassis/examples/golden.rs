@@ -564,8 +564,11 @@ fn backup(p: &Path) -> Made {
     let data = clustered(540, 16, 81, 0.0, 1.0);
     let dir = tempfile_dir();
     let src = dir.join("source.chassis");
-    let ix = Index::create(&src, options(VectorLayout::SplitHalves, Metric::L2Squared, 16, 8))
-        .unwrap();
+    let ix = Index::create(
+        &src,
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 16, 8),
+    )
+    .unwrap();
     let docs: Vec<Metadata> = (0..500).map(document).collect();
     ix.add_batch_with_metadata(None, &flat(&data[..500]), &docs, 1)
         .unwrap();

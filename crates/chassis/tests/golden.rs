@@ -807,7 +807,10 @@ fn a_backup_is_stamped_until_something_commits_to_it() {
         chassis::storage::stamped_sequence(&s).unwrap()
     };
     let (sequence, _, stamped) = stamp(&path);
-    assert!(stamped, "a backup's header carries the stamp for its sequence");
+    assert!(
+        stamped,
+        "a backup's header carries the stamp for its sequence"
+    );
     // A writer that opens it and closes without a change keeps it (nothing committed) ...
     let ix = Index::open(&path).unwrap();
     assert!(ix.open_report().clean);
