@@ -70,6 +70,8 @@ def test_built_in_parallel_and_served_answers_as_the_local_collection(cluster, t
         served.flush()
         ids, dist = served.search(DATA[2550], k=1)
         assert ids[0, 0] == 5050 and dist[0, 0] == 0
+        with pytest.raises(chassis.DuplicateIdError):  # the writer's error, as itself
+            served.add(DATA[0], ids=[5050])
         # The same collection built from a .npy file each task reads its rows of.
         np.save(tmp_path / "rows.npy", DATA[:2500])
         c2 = cray.build(tmp_path / "c2", str(tmp_path / "rows.npy"), shards=4, metric="l2", M=8)

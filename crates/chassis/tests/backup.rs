@@ -55,6 +55,14 @@ fn add_rows(ix: &Index, data: &[Vec<f32>], from: usize) {
 }
 
 fn assert_clean(path: &std::path::Path) {
+    // Both header copies valid (a full copy writes both, as a created file has them).
+    let copies =
+        chassis::storage::read_header_copies(&chassis::os::FileStorage::open(path, false).unwrap())
+            .unwrap();
+    assert!(
+        copies.a.is_ok() && copies.b.is_ok(),
+        "a header copy is invalid"
+    );
     let ix = Index::open(path).unwrap();
     let report = ix.check(20).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);

@@ -26,6 +26,7 @@ Nothing here re-implements search, storage or sync: the actors call the Rust cor
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import time
@@ -49,6 +50,14 @@ def _shard_error(e: RayTaskError):
     if isinstance(cause, chassis.ChassisError):
         return cause
     return e
+
+
+def _get(ref):
+    """``ray.get``, with a chassis error raised by the actor re-raised as itself."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as e:
+        raise _shard_error(e) from None
 
 
 def _answers(parts):
@@ -303,15 +312,18 @@ class ServedCollection:
 
     # Writes: through the collection's writer.
     def add(self, vectors, ids=None, metadata=None) -> np.ndarray:
-        return ray.get(self.writer.add.remote(vectors, ids, metadata))
+        """:meth:`chassis.Collection.add` on the writer actor; its errors come back as the
+        same :mod:`chassis` exceptions."""
+        return _get(self.writer.add.remote(vectors, ids, metadata))
 
     def delete(self, ids) -> None:
-        ray.get(self.writer.delete.remote(ids))
+        """:meth:`chassis.Collection.delete` on the writer actor."""
+        _get(self.writer.delete.remote(ids))
 
     def flush(self) -> List[int]:
         """Flush the collection (every shard, then its manifest); returns the shard
         sequences. Replicas on shared storage see it at once; local ones at :meth:`sync`."""
-        return ray.get(self.writer.flush.remote())
+        return _get(self.writer.flush.remote())
 
     def sync(self) -> List[List[dict]]:
         """Bring every live local replica to its shard's last flush with an incremental
@@ -334,15 +346,15 @@ class ServedCollection:
         return out
 
     def _sync_one(self, s: int, rep: dict) -> dict:
-        _, patch = ray.get(self.writer.patch.remote(s, rep["name"], False))
+        _, patch = _get(self.writer.patch.remote(s, rep["name"], False))
         try:
             return ray.get(rep["actor"].apply.remote(patch))
         except RayTaskError as e:
-            if not isinstance(e.cause, chassis.InvalidArgumentError):
-                raise
+            if not isinstance(_shard_error(e), chassis.InvalidArgumentError):
+                raise _shard_error(e) from None
         # Out of step (a crash, a lost patch): a full copy.
-        _, patch = ray.get(self.writer.patch.remote(s, rep["name"], True))
-        return ray.get(rep["actor"].apply.remote(patch))
+        _, patch = _get(self.writer.patch.remote(s, rep["name"], True))
+        return _get(rep["actor"].apply.remote(patch))
 
     def live_replicas(self) -> List[int]:
         """Live replicas per shard, as far as this handle knows."""
@@ -350,9 +362,10 @@ class ServedCollection:
 
     def search(self, queries, k: int = 10, ef: Optional[int] = None, filter=None):
         """The ``k`` nearest of each query over every shard, as
-        :meth:`chassis.Collection.search`: one live replica per shard (round robin), merged
-        exactly. A replica that died is dropped and its shard asked again on another;
-        :class:`chassis.ChassisError` subclasses raised by a shard pass through."""
+        :meth:`chassis.Collection.search`: one live replica per shard (through the compiled
+        graph, or round robin with ordinary calls), merged exactly. A replica that died is
+        dropped and its shard asked again on another; a shard's own error (a
+        :class:`chassis.ChassisError` subclass) is raised as itself."""
         q = np.asarray(queries, dtype=np.float32)
         if q.ndim == 1:
             q = q.reshape(1, -1)
@@ -404,12 +417,19 @@ class ServedCollection:
             raise _shard_error(e) from None
         except RayError:
             self._drop_dag()
-            for r in picks:
-                try:
-                    ray.get(r["actor"].node.remote(), timeout=10)
-                except RayError:
-                    r["alive"] = False
+            self._check_replicas()
             return None
+
+    def _check_replicas(self, timeout: float = 10.0):
+        """Marks dead every replica that doesn't answer a ping (all at once, ``timeout``
+        seconds in all), so the next graph is compiled over live ones only."""
+        pings = [(r, r["actor"].node.remote()) for row in self.replicas for r in row if r["alive"]]
+        deadline = time.monotonic() + timeout
+        for r, ref in pings:
+            try:
+                ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+            except RayError:
+                r["alive"] = False
 
     def _drop_dag(self):
         if self._dag is not None:
@@ -419,6 +439,10 @@ class ServedCollection:
                 dag.teardown()
             except Exception:  # noqa: BLE001 - its actors may be gone already
                 pass
+            # Collect the graph (it sits in reference cycles) while Ray is still up: its
+            # finalizer, run by a later collection after ray.shutdown(), crashed the process.
+            del dag
+            gc.collect()
 
     def _retry(self, s, first, q_arg, k, ef, flt):
         """Shard ``s``'s answer after a failure somewhere in the batch: its own call if that

@@ -496,6 +496,13 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
     }
     // (5) Data durable, then the header that counts it, then durable.
     dst.sync()?;
+    if old.is_none() {
+        // A new file gets both copies, as a created file does: the other one holds the same
+        // state one sequence lower, so it is valid and never chosen over this one.
+        let mut older = state.clone();
+        older.sequence = state.sequence.saturating_sub(1);
+        c.write(format::header_offset(1 - copy), &stamped(&older))?;
+    }
     c.write(format::header_offset(copy), &stamped(&state))?;
     dst.sync()?;
     report.bytes_shipped = c.shipped;
