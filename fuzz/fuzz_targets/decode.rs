@@ -1,9 +1,10 @@
 //! (b) The pure decoders: header copies (alone and chosen between two), table page heads,
 //! heap chunk heads, hnswlib files, and metadata documents and heap entries (a document that
-//! decodes re-encodes to the same bytes), and sync patches (likewise canonical).
+//! decodes re-encodes to the same bytes), sync patches (likewise canonical), and codebook
+//! regions (one that decodes re-encodes to the same bytes).
 #![no_main]
 
-use chassis::format::{header, hnswlib::HnswlibFile, metadata, patch, table};
+use chassis::format::{codes, header, hnswlib::HnswlibFile, metadata, patch, table};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +25,17 @@ fuzz_target!(|data: &[u8]| {
         let (head, rest) = data.split_at(16);
         if let Ok(len) = metadata::entry_len(head, rest.len() as u64, 0) {
             let _ = metadata::check_entry(head, &rest[..len], 7, 0);
+        }
+    }
+    if data.len() >= 16 {
+        let dims = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
+        if let Ok(book) = codes::Codebook::decode(data, dims, 0) {
+            let region = book.encode_region();
+            assert_eq!(
+                &data[..region.len()],
+                &region[..],
+                "codebooks are canonical"
+            );
         }
     }
     if let Ok(p) = patch::Patch::decode(data) {

@@ -21,7 +21,8 @@ use chassis::format::metadata;
 use chassis::graph::distance::reference;
 use chassis::os::{MemStorage, Storage};
 use chassis::{
-    CompactOptions, Filter, Geometry, Index, Metadata, Metric, Options, Value, VectorLayout,
+    CodeKind, CompactOptions, Filter, Geometry, Index, Metadata, Metric, Options, Value,
+    VectorLayout,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -256,6 +257,19 @@ fn recipes() -> Vec<Recipe> {
             make: backup,
         },
         Recipe {
+            name: "f4-codes",
+            about: "format 4 with int8 codes (write version 6), cosine, 1,500 x 16, M 8, 20 \
+                    deleted: the codebook trained at the add that reached 1,000 vectors, \
+                    codes and aux records in every segment",
+            make: |p| with_codes(p, VectorLayout::SplitHalves, Metric::Cosine, 1500, 16, 103),
+        },
+        Recipe {
+            name: "f3-codes",
+            about: "format 3 with int8 codes (read version 3, write version 6), squared L2, \
+                    1,200 x 8, M 8, 20 deleted",
+            make: |p| with_codes(p, VectorLayout::F32, Metric::L2Squared, 1200, 8, 104),
+        },
+        Recipe {
             name: "f3-metadata",
             about: "format 3 with metadata (read version 3, write version 5), squared L2, \
                     400 x 8, as f4-metadata",
@@ -340,6 +354,37 @@ fn with_metadata(
         deleted,
         recovery: None,
         clean_close: false,
+    }
+}
+
+fn with_codes(
+    p: &Path,
+    layout: VectorLayout,
+    metric: Metric,
+    n: usize,
+    dims: usize,
+    seed: u64,
+) -> Made {
+    let data = clustered(n, dims, seed, 0.0, 1.0);
+    let ix = Index::create(p, options(layout, metric, dims, 8).codes(CodeKind::Int8)).unwrap();
+    // Two batches: the codebook is trained at the first add that reaches 1,000 vectors, and
+    // the second batch's codes are written with its vectors.
+    ix.add_batch(&flat(&data[..1_100]), 1).unwrap();
+    ix.flush().unwrap();
+    ix.add_batch(&flat(&data[1_100..]), 1).unwrap();
+    let deleted: Vec<u64> = (0..20).map(|i| 3 + i * (n as u64 / 20)).collect();
+    for &id in &deleted {
+        ix.delete(id).unwrap();
+    }
+    ix.flush().unwrap();
+    let info = ix.info().unwrap();
+    assert_eq!(info.versions.1, 6);
+    assert!(info.codes_trained);
+    Made {
+        note: "all committed; closed cleanly (dropped after a flush)",
+        deleted,
+        recovery: None,
+        clean_close: true,
     }
 }
 
@@ -800,6 +845,8 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
         "m": info.m,
         "ef_construction": info.ef_construction,
         "custom_ids": info.custom_ids,
+        "codes": info.codes.name(),
+        "codes_trained": info.codes_trained,
         "committed_count": h.committed_count,
         "pending_delete_epoch": h.pending_delete_epoch,
         "recovery": made.recovery.map(|r| json!({ "marks_reset": r })),

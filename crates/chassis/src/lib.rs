@@ -46,6 +46,7 @@ pub use backup::{apply_patch, BackupReport};
 pub use collection::Collection;
 pub use error::{Error, Result};
 pub use filter::Filter;
+pub use format::codes::CodeKind;
 pub use format::geometry::Geometry;
 pub use format::metadata::{Metadata, Value};
 pub use format::vector::VectorLayout;

@@ -124,6 +124,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
         ef_construction: Some(100),
         threads: 1,
         vector_layout: None,
+        codes: None,
     })
     .unwrap();
     let info = ix.info().unwrap();

@@ -47,6 +47,7 @@ fn child(dir: &Path, seed: u64) {
             ef_construction: Some(40),
             threads: 2,
             vector_layout: None,
+            codes: None,
         })
         .unwrap();
         write_atomic(&dir.join("phase"), "flushing");

@@ -95,6 +95,7 @@ fn a_format_3_file_reads_writes_and_compacts() {
     ix.compact(CompactOptions {
         threads: 1,
         vector_layout: Some(VectorLayout::SplitHalves),
+        codes: None,
         ..CompactOptions::default()
     })
     .unwrap();

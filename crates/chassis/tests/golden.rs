@@ -14,8 +14,8 @@ use chassis::format::header::{self, Header};
 use chassis::format::metadata;
 use chassis::graph::distance::reference;
 use chassis::{
-    CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Neighbor, Value as Doc,
-    VectorLayout,
+    CodeKind, CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Neighbor,
+    Value as Doc, VectorLayout,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -60,6 +60,15 @@ impl Golden {
     }
     fn dims(&self) -> usize {
         self.expect["dims"].as_u64().unwrap() as usize
+    }
+    /// The file's codes and whether their codebook is trained ("none" for files from before
+    /// codes).
+    fn codes(&self) -> (CodeKind, bool) {
+        let kind = self.expect["codes"].as_str().unwrap_or("none");
+        (
+            CodeKind::parse(kind).unwrap(),
+            self.expect["codes_trained"].as_bool().unwrap_or(false),
+        )
     }
     fn custom_ids(&self) -> bool {
         self.expect["custom_ids"].as_bool().unwrap()
@@ -373,6 +382,7 @@ fn every_golden_file_reads_as_it_must() {
         assert_eq!(info.vector_layout, g.layout(), "{}", g.name);
         assert_eq!((info.dims, info.metric), (g.dims(), g.metric()));
         assert_eq!(info.custom_ids, g.custom_ids(), "{}", g.name);
+        assert_eq!((info.codes, info.codes_trained), g.codes(), "{}", g.name);
         drop((reader, ro));
         assert!(
             fs::read(&g.path).unwrap() == before,
@@ -464,6 +474,12 @@ fn every_golden_file_opens_as_the_writer_and_takes_writes_in_its_own_format() {
         assert_eq!(info.versions, g.versions(), "{}: versions kept", g.name);
         assert_eq!(info.vector_layout, g.layout(), "{}: layout kept", g.name);
         assert_eq!(
+            (info.codes, info.codes_trained),
+            g.codes(),
+            "{}: codes kept",
+            g.name
+        );
+        assert_eq!(
             ix.len(),
             g.ids().len() + added.len() - gone.len(),
             "{}",
@@ -542,6 +558,12 @@ fn every_golden_file_compacts_in_its_own_format() {
         let info = ix.info().unwrap();
         assert_eq!(info.versions, g.versions(), "{}: versions kept", g.name);
         assert_eq!(info.vector_layout, g.layout(), "{}: layout kept", g.name);
+        assert_eq!(
+            (info.codes, info.codes_trained),
+            g.codes(),
+            "{}: codes kept",
+            g.name
+        );
         drop(ix);
         let ix = Index::open(&path).unwrap();
         shows_what_it_must(&g, &ix, "compacted");
@@ -824,4 +846,59 @@ fn a_backup_is_stamped_until_something_commits_to_it() {
     drop(ix);
     let (after, _, stamped) = stamp(&path);
     assert!(after > sequence && !stamped);
+}
+
+/// The compatibility rule for codes, on files from before them: a compaction that adds int8
+/// codes to a golden file of format 3 or 4 raises its write version to 6 and leaves its read
+/// version (releases that read the format still search it by its vectors, ignoring the codes;
+/// scripts/compat checks that with those releases themselves). The file shows what it showed
+/// before, with exact distances, walked by codes once its codebook is trained (at compaction
+/// when it holds 1,000 live vectors, else at the add that reaches them); a second compaction
+/// drops them again, and with them the write version.
+#[test]
+fn codes_added_to_an_older_file_raise_only_its_write_version() {
+    for name in ["f3-l2", "f4-cosine", "f4-small-geometry"] {
+        let g = golden(name);
+        let dir = tempfile::tempdir().unwrap();
+        let path = g.copy_to(dir.path());
+        let ix = Index::open(&path).unwrap();
+        ix.compact(CompactOptions {
+            threads: 1,
+            codes: Some(CodeKind::Int8),
+            ..CompactOptions::default()
+        })
+        .unwrap();
+        let (read, _) = g.versions();
+        let info = ix.info().unwrap();
+        assert_eq!(info.versions, (read, 6), "{name}");
+        let trained = g.ids().len() >= 1000;
+        assert_eq!((info.codes, info.codes_trained), (CodeKind::Int8, trained));
+        drop(ix);
+        let reader = IndexReader::open(&path).unwrap();
+        shows_what_it_must(&g, &reader, "with codes");
+        let ix = Index::open(&path).unwrap();
+        shows_what_it_must(&g, &ix, "writer with codes");
+        no_problems(&g, &ix);
+        if !trained {
+            let (rows, _) = more(&g, 1000 - g.ids().len(), 31);
+            ix.add_batch(&rows, 1).unwrap();
+            ix.flush().unwrap();
+            assert!(ix.info().unwrap().codes_trained, "{name}: trained at 1,000");
+            no_problems(&g, &ix);
+        }
+        ix.compact(CompactOptions {
+            threads: 1,
+            codes: Some(CodeKind::None),
+            ..CompactOptions::default()
+        })
+        .unwrap();
+        let info = ix.info().unwrap();
+        assert_eq!((info.codes, info.codes_trained), (CodeKind::None, false));
+        // The new file holds nothing its old versions can't: older releases may write it again.
+        assert_eq!(
+            info.versions,
+            g.versions(),
+            "{name}: versions without codes"
+        );
+    }
 }

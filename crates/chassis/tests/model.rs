@@ -207,6 +207,7 @@ fn run(path: &Path, ops: &[Op]) -> Result<(), TestCaseError> {
                     ef_construction: None,
                     threads: 1,
                     vector_layout: None,
+                    codes: None,
                 })
                 .unwrap();
                 flushed = model.clone();

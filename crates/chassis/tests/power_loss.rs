@@ -419,6 +419,7 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
             ef_construction: None,
             threads: 1,
             vector_layout: None,
+            codes: None,
         },
     );
     let (nix, report) = match compacted {

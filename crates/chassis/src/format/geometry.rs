@@ -12,6 +12,7 @@
 //! Invariant: every function here is total over the ranges [`Geometry::validate`] accepts,
 //! and overflow-free for slot numbers below 2^32.
 
+use super::codes::{CodeKind, AUX_BYTES};
 use super::{record, MAX_SEGMENT_BYTES};
 
 /// How a file divides its slots into segments and its heaps into chunks. Recorded in the
@@ -44,8 +45,14 @@ impl Geometry {
     /// fits 256 MiB, 64 KiB first heap chunk doubling up to 256 MiB (or the largest upper-layer
     /// entry, if bigger), full 64 KiB table pages.
     pub fn for_layout(dims: u32, m: u32, max_layers: u32) -> Geometry {
+        Geometry::for_slots(dims, m, max_layers, CodeKind::None)
+    }
+
+    /// [`Geometry::for_layout`] for a file that keeps `codes` (its segments hold more bytes
+    /// per slot, so fewer slots fit 256 MiB).
+    pub fn for_slots(dims: u32, m: u32, max_layers: u32, codes: CodeKind) -> Geometry {
         let base = 10;
-        let slot_bytes = SegmentLayout::slot_bytes(dims, m);
+        let slot_bytes = SegmentLayout::slot_bytes_with(dims, m, codes);
         let mut k = 0;
         while base + k < MAX_SEGMENT_LOG2
             && (1u64 << (base + k + 1)) * slot_bytes <= MAX_SEGMENT_BYTES
@@ -199,7 +206,9 @@ pub fn min_heap_chunk_log2(m: u32, max_layers: u32) -> u32 {
     log2
 }
 
-/// Where the three parallel arrays sit inside one segment.
+/// Where the parallel arrays sit inside one segment: slot headers, vectors and level-0
+/// records, then in a file with codes (write version 6, [`super::codes`]) aux records and
+/// codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentLayout {
     /// Slots in this segment.
@@ -210,26 +219,55 @@ pub struct SegmentLayout {
     pub vectors_at: u64,
     /// Offset of the level-0 record array: `(24 + 4·dims)·slots`.
     pub records_at: u64,
-    /// Bytes the three arrays take: `(24 + 4·dims + 8 + 8M)·slots`.
+    /// Offset of the aux array (ε and ‖v‖ per slot): `(24 + 4·dims + 8 + 8M)·slots`; equal
+    /// to `bytes` without codes.
+    pub aux_at: u64,
+    /// Offset of the code array: `aux_at + 8·slots`.
+    pub codes_at: u64,
+    /// Bytes of one code (0 without codes).
+    pub code_bytes: u64,
+    /// Bytes the arrays take: `(24 + 4·dims + 8 + 8M)·slots`, plus `(8 + code_bytes)·slots`
+    /// with codes.
     pub bytes: u64,
 }
 
 impl SegmentLayout {
-    /// Bytes one slot takes across the three arrays.
+    /// Bytes one slot takes across the three arrays of a file without codes.
     pub fn slot_bytes(dims: u32, m: u32) -> u64 {
         record::SLOT_HEADER_BYTES + 4 * u64::from(dims) + record::level0_record_bytes(m)
     }
 
-    /// The layout of a segment of `slots` slots.
+    /// Bytes one slot takes across every array of a file keeping `codes`.
+    pub fn slot_bytes_with(dims: u32, m: u32, codes: CodeKind) -> u64 {
+        SegmentLayout::slot_bytes(dims, m) + codes.slot_bytes(dims)
+    }
+
+    /// The layout of a segment of `slots` slots in a file without codes.
     pub fn new(slots: u64, dims: u32, m: u32) -> SegmentLayout {
+        SegmentLayout::with_codes(slots, dims, m, CodeKind::None)
+    }
+
+    /// The layout of a segment of `slots` slots in a file keeping `codes`.
+    pub fn with_codes(slots: u64, dims: u32, m: u32, codes: CodeKind) -> SegmentLayout {
         let vectors_at = record::SLOT_HEADER_BYTES * slots;
         let records_at = vectors_at + 4 * u64::from(dims) * slots;
+        let aux_at = records_at + record::level0_record_bytes(m) * slots;
+        let code_bytes = codes.code_bytes(dims);
+        let (codes_at, bytes) = if code_bytes == 0 {
+            (aux_at, aux_at)
+        } else {
+            let codes_at = aux_at + AUX_BYTES * slots;
+            (codes_at, codes_at + code_bytes * slots)
+        };
         SegmentLayout {
             slots,
             headers_at: 0,
             vectors_at,
             records_at,
-            bytes: records_at + record::level0_record_bytes(m) * slots,
+            aux_at,
+            codes_at,
+            code_bytes,
+            bytes,
         }
     }
 }

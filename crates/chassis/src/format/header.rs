@@ -54,7 +54,9 @@ pub mod at {
     pub const SEED: usize = 160;
     pub const VECTOR_LAYOUT: usize = 168;
     pub const BACKUP_STAMP: usize = 172;
-    pub const RESERVED: usize = 180;
+    pub const CODES: usize = 180;
+    pub const CODEBOOK: usize = 184;
+    pub const RESERVED: usize = 192;
     pub const SEQUENCE: usize = 224;
     pub const CHECKSUM: usize = 232;
     pub const TABLE_PAGE_OFFSETS: usize = 240;
@@ -98,7 +100,9 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("seed", at::SEED, 8),
     ("vector_layout", at::VECTOR_LAYOUT, 4),
     ("backup_stamp", at::BACKUP_STAMP, 8),
-    ("reserved", at::RESERVED, 44),
+    ("codes", at::CODES, 4),
+    ("codebook", at::CODEBOOK, 8),
+    ("reserved", at::RESERVED, 32),
     ("sequence", at::SEQUENCE, 8),
     ("checksum", at::CHECKSUM, 8),
 ];
@@ -180,6 +184,11 @@ pub struct Header {
     pub seed: u64,
     /// How vectors are stored ([`super::vector::VectorLayout`] code; 0 in format 3).
     pub vector_layout: u32,
+    /// What codes the file keeps ([`super::codes::CodeKind`] code; read only from files of
+    /// write version 6 or above, 0 in older ones, whose reserved bytes mean nothing).
+    pub codes: u32,
+    /// File offset of the codebook region, 0 while the codebook is untrained (same rule).
+    pub codebook: u64,
     /// Sequence number: the valid copy with the higher one is current.
     pub sequence: u64,
     /// File offsets of the table pages, in the order they were appended.
@@ -190,6 +199,22 @@ impl Header {
     /// How this file stores vectors (decoding checked the code).
     pub fn layout(&self) -> super::vector::VectorLayout {
         super::vector::VectorLayout::from_code(self.vector_layout).unwrap_or_default()
+    }
+
+    /// The codes searches may walk by: the file's kind when this release knows it, else none
+    /// (a later kind's arrays sit after the ones this release reads, so ignoring them is safe).
+    pub fn code_kind(&self) -> super::codes::CodeKind {
+        super::codes::CodeKind::from_code(self.codes).unwrap_or_default()
+    }
+
+    /// The layout of segment `k` (its arrays as this release reads them).
+    pub fn segment_layout(&self, k: u64) -> super::geometry::SegmentLayout {
+        super::geometry::SegmentLayout::with_codes(
+            self.geometry.segment_slots(k),
+            self.dims,
+            self.m,
+            self.code_kind(),
+        )
     }
 
     /// Bytes the checksum covers when this header is encoded.
@@ -246,6 +271,8 @@ impl Header {
         put_u32(&mut b, at::EF_CONSTRUCTION, self.ef_construction);
         put_u64(&mut b, at::SEED, self.seed);
         put_u32(&mut b, at::VECTOR_LAYOUT, self.vector_layout);
+        put_u32(&mut b, at::CODES, self.codes);
+        put_u64(&mut b, at::CODEBOOK, self.codebook);
         put_u64(&mut b, at::SEQUENCE, self.sequence);
         for (i, off) in self.table_pages.iter().enumerate() {
             put_u64(&mut b, at::TABLE_PAGE_OFFSETS + 8 * i, *off);
@@ -293,9 +320,13 @@ impl Header {
         let table_pages = (0..table_page_count)
             .map(|i| u64_at(b, at::TABLE_PAGE_OFFSETS + 8 * i))
             .collect();
+        let write_version = u32_at(b, at::WRITE_VERSION);
+        // Bytes 180..192 were reserved before write version 6: zero by every writer, to be
+        // ignored by every reader.
+        let coded = write_version >= super::CODES_WRITE_VERSION;
         let h = Header {
             read_version,
-            write_version: u32_at(b, at::WRITE_VERSION),
+            write_version,
             flags: u32_at(b, at::FLAGS),
             dims: u32_at(b, at::DIMS),
             metric: u32_at(b, at::METRIC),
@@ -324,6 +355,8 @@ impl Header {
             ef_construction: u32_at(b, at::EF_CONSTRUCTION),
             seed: u64_at(b, at::SEED),
             vector_layout: u32_at(b, at::VECTOR_LAYOUT),
+            codes: if coded { u32_at(b, at::CODES) } else { 0 },
+            codebook: if coded { u64_at(b, at::CODEBOOK) } else { 0 },
             sequence: u64_at(b, at::SEQUENCE),
             table_pages,
         };
@@ -379,6 +412,25 @@ impl Header {
                     self.write_version
                 ),
                 at::METADATA_HEAP_CHUNK_COUNT,
+            );
+        }
+        if self.codes != 0 && self.write_version < super::CODES_WRITE_VERSION {
+            return bad(
+                format!("codes in a file of write version {}", self.write_version),
+                at::CODES,
+            );
+        }
+        if self.codebook != 0
+            && (self.code_kind() == super::codes::CodeKind::None
+                || self.codebook < super::DATA_START
+                || !self.codebook.is_multiple_of(REGION_ALIGN))
+        {
+            return bad(
+                format!(
+                    "codebook at {} in a file without usable codes",
+                    self.codebook
+                ),
+                at::CODEBOOK,
             );
         }
         if self.max_layers == 0 || self.max_layers > MAX_LAYERS_LIMIT {
@@ -571,6 +623,8 @@ pub(crate) mod tests {
             ef_construction: 200,
             seed: 42,
             vector_layout: super::super::vector::LAYOUT_SPLIT_HALVES,
+            codes: 0,
+            codebook: 0,
             sequence: 9,
             table_pages: vec![196_608, 327_680],
         }

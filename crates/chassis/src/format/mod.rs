@@ -11,6 +11,7 @@
 //! chunk, table page) starts at a multiple of [`REGION_ALIGN`]; decoding never panics on any
 //! input, it returns [`crate::Error::Corrupt`] (or `TooNew` / `NotChassisFile`).
 
+pub mod codes;
 pub mod geometry;
 pub mod header;
 pub mod hnswlib;
@@ -30,11 +31,15 @@ pub const READ_VERSION: u32 = 4;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.
-pub const WRITE_VERSION: u32 = 5;
+pub const WRITE_VERSION: u32 = 6;
 /// The write version of a file that holds metadata: releases before it read such a file
 /// correctly (they ignore the metadata heap and the slots' metadata references) and must not
 /// write it, since their writes would not keep its metadata.
 pub const METADATA_WRITE_VERSION: u32 = 5;
+/// The write version of a file that keeps quantized codes ([`codes`]): releases before it
+/// read such a file correctly (the codes, their arrays and the codebook sit where they never
+/// look) and must not write it, since their adds would leave new slots without codes.
+pub const CODES_WRITE_VERSION: u32 = 6;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple
 /// of every supported page size (decision 1).

@@ -64,6 +64,10 @@ pub enum VectorRef<'a> {
     /// The same, in a file whose searches must walk by exact distances (its data is too fine
     /// for high halves; header flag `exact_walk`).
     SplitExact(&'a [u16]),
+    /// A vector's int8 code ([`super::codes`]) and the codebook it was coded with: what a
+    /// search walks by in a file with codes. It stands for an approximation only: the exact
+    /// vector is read separately ([`VectorRef::decode_into`] gives the approximation).
+    Code(&'a [u8], &'a super::codes::Codebook),
 }
 
 impl<'a> VectorRef<'a> {
@@ -73,7 +77,14 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => v.len(),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => h.len() / 2,
+            VectorRef::Code(c, _) => c.len(),
         }
+    }
+
+    /// Whether this is a code (an approximation, ranked exactly from the vector itself).
+    #[inline]
+    pub fn is_code(&self) -> bool {
+        matches!(self, VectorRef::Code(..))
     }
 
     /// The first byte, for prefetching.
@@ -82,6 +93,7 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => v.as_ptr().cast(),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => h.as_ptr().cast(),
+            VectorRef::Code(c, _) => c.as_ptr(),
         }
     }
 
@@ -93,10 +105,11 @@ impl<'a> VectorRef<'a> {
             VectorRef::F32(v) => 4 * v.len(),
             VectorRef::Split(h) => h.len(),
             VectorRef::SplitExact(h) => 2 * h.len(),
+            VectorRef::Code(c, _) => c.len(),
         }
     }
 
-    /// The exact values into `out`, resized to `dims`.
+    /// The exact values into `out`, resized to `dims` (for a code, the values it stands for).
     pub fn decode_into(&self, out: &mut Vec<f32>) {
         out.resize(self.dims(), 0.0);
         match self {
@@ -105,6 +118,11 @@ impl<'a> VectorRef<'a> {
                 let (high, low) = h.split_at(out.len());
                 for ((o, &hi), &lo) in out.iter_mut().zip(high).zip(low) {
                     *o = join(hi, lo);
+                }
+            }
+            VectorRef::Code(c, book) => {
+                for (j, (o, &c)) in out.iter_mut().zip(c.iter()).enumerate() {
+                    *o = book.value(j, c);
                 }
             }
         }

@@ -186,6 +186,13 @@ type HalvesKernel = fn(&[f32], &[u16]) -> f32;
 
 type HalvesBatchKernel = fn(&[f32], [&[u16]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
 
+/// Σ qⱼ·v̂ⱼ or Σ (qⱼ − v̂ⱼ)² to the codes of [`BATCH_WIDTH`] vectors, v̂ⱼ = loⱼ + sⱼ·cⱼ:
+/// (query, lo, step, codes); each code at least `query.len()` long.
+type CodesKernel = fn(&[f32], &[f32], &[f32], [&[u8]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
+
+/// The same to one code.
+type CodeKernel = fn(&[f32], &[f32], &[f32], &[u8]) -> f32;
+
 /// A metric bound to a kernel: the one function the graph calls for every distance.
 #[derive(Clone, Copy)]
 pub struct Distance {
@@ -196,6 +203,8 @@ pub struct Distance {
     batch: Option<BatchKernel>,
     halves: HalvesKernel,
     halves_batch: Option<HalvesBatchKernel>,
+    codes: CodesKernel,
+    code: CodeKernel,
 }
 
 impl std::fmt::Debug for Distance {
@@ -270,6 +279,22 @@ impl Distance {
             (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_halves_batch_avx512),
             _ => None,
         };
+        let codes: CodesKernel = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma | SimdLevel::Avx512) => x86::l2sq_codes_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma | SimdLevel::Avx512) => x86::dot_codes_avx2,
+            (Metric::L2Squared, _) => portable::codes::<true, BATCH_WIDTH>,
+            (_, _) => portable::codes::<false, BATCH_WIDTH>,
+        };
+        let code: CodeKernel = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma | SimdLevel::Avx512) => x86::l2sq_code_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma | SimdLevel::Avx512) => x86::dot_code_avx2,
+            (Metric::L2Squared, _) => |q, lo, s, c| portable::codes::<true, 1>(q, lo, s, [c])[0],
+            (_, _) => |q, lo, s, c| portable::codes::<false, 1>(q, lo, s, [c])[0],
+        };
         Distance {
             metric,
             level,
@@ -277,6 +302,8 @@ impl Distance {
             batch,
             halves,
             halves_batch,
+            codes,
+            code,
         }
     }
 
@@ -310,6 +337,16 @@ impl Distance {
                 v.decode_into(&mut buf);
                 (self.kernel)(q, &buf)
             }),
+            VectorRef::Code(c, book) => self.finish_code((self.code)(q, book.lo(), book.step(), c)),
+        }
+    }
+
+    /// A code kernel's sum as a distance.
+    #[inline]
+    fn finish_code(&self, d: f32) -> f32 {
+        match self.metric {
+            Metric::L2Squared => d,
+            _ => 1.0 - d,
         }
     }
 
@@ -322,6 +359,16 @@ impl Distance {
         let out = &mut out[..vs.len()];
         let batched = q.len() >= BATCH_MIN_DIMS && vs.len() > 1;
         for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
+            // Codes are batched at every length: the query's terms are shared by the group.
+            if group.len() > 1 {
+                if let Some((book, g)) = codes_group(q.len(), group) {
+                    let d = (self.codes)(q, book.lo(), book.step(), g);
+                    for (o, d) in o.iter_mut().zip(d) {
+                        *o = self.finish_code(d);
+                    }
+                    continue;
+                }
+            }
             if batched && group.len() > 1 {
                 if let (Some(batch), Some(g)) = (self.batch, f32_group(q.len(), group)) {
                     o.copy_from_slice(&batch(q, g)[..group.len()]);
@@ -367,11 +414,50 @@ impl Distance {
         }
     }
 
+    /// A lower bound on the exact distance ([`Distance::exact`], as computed) from `q` to a
+    /// vector whose walk distance by its code (as computed) is `walked`, given `q_norm` = ‖q‖,
+    /// the code's error ε ≥ ‖v − v̂‖ and the vector's norm ‖v‖ (its aux record). Unlike
+    /// [`Distance::exact_lower_bound`] this holds for every metric, inner product included:
+    /// - squared L2: ‖q − v‖ ≥ ‖q − v̂‖ − ε (triangle);
+    /// - cosine and inner product: |⟨q, v⟩ − ⟨q, v̂⟩| = |⟨q, v − v̂⟩| ≤ ‖q‖ε (Cauchy–Schwarz).
+    ///
+    /// `slack` covers f32 rounding in both computed distances: each sum of `dims` terms is
+    /// within about dims·2⁻²⁴ of the sum of their magnitudes. The code kernels sum q·lo and
+    /// q·s·c apart (or q − lo − s·c), whose magnitudes are at most ‖q‖‖lo‖ and
+    /// ‖q‖(‖v‖ + ε + ‖lo‖) (`lo_norm` = ‖lo‖, the codebook's); so the slack is that many
+    /// rounding steps, taken many times over, scaled by (‖q‖ + ‖v‖ + ε + 2‖lo‖)², plus a few
+    /// steps of the distance's own size and of 1 (cosine and inner product end with 1 − dot,
+    /// rounded at the scale of 1 however small the vectors). NaN anywhere
+    /// gives NaN, which no distance is below, so nothing is skipped on its account.
+    #[allow(clippy::too_many_arguments)]
+    pub fn code_lower_bound(
+        &self,
+        q_norm: f32,
+        walked: f32,
+        eps: f32,
+        norm: f32,
+        lo_norm: f32,
+        dims: usize,
+    ) -> f32 {
+        let scale = q_norm + norm + eps + 2.0 * lo_norm;
+        let slack = 8.0 * (dims as f32 + 16.0) * f32::EPSILON * scale * scale
+            + 4.0 * f32::EPSILON * (1.0 + walked.abs());
+        match self.metric {
+            Metric::L2Squared => {
+                let d = ((walked - slack).max(0.0).sqrt() - eps).max(0.0);
+                d * d - slack
+            }
+            Metric::Cosine | Metric::InnerProduct => walked - q_norm * eps - slack,
+        }
+    }
+
     /// The exact distance from `q` to the stored `v` (a split vector is joined into `buf`
-    /// first; an f32 one is read in place).
+    /// first; an f32 one is read in place). A code has no exact distance: callers rank from
+    /// the vector; given one, this is the distance to what it stands for.
     pub fn exact(&self, q: &[f32], v: VectorRef<'_>, buf: &mut Vec<f32>) -> f32 {
         match v {
             VectorRef::F32(b) => (self.kernel)(q, b),
+            VectorRef::Code(..) => self.walk(q, v),
             VectorRef::Split(_) | VectorRef::SplitExact(_) => {
                 v.decode_into(buf);
                 (self.kernel)(q, buf)
@@ -408,6 +494,26 @@ fn halves_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BAT
         }
     }
     Some(out)
+}
+
+/// `group` as code slices at least `n` long, padded with its last one, with their codebook;
+/// `None` if any is not a code of the same codebook or too short.
+fn codes_group<'a>(
+    n: usize,
+    group: &[VectorRef<'a>],
+) -> Option<(&'a crate::format::codes::Codebook, [&'a [u8]; BATCH_WIDTH])> {
+    let book = match group.first() {
+        Some(VectorRef::Code(_, b)) if b.dims() >= n => *b,
+        _ => return None,
+    };
+    let mut out: [&[u8]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
+    for (j, o) in out.iter_mut().enumerate() {
+        match group.get(j).or(group.last()) {
+            Some(VectorRef::Code(c, b)) if c.len() >= n && std::ptr::eq(*b, book) => *o = c,
+            _ => return None,
+        }
+    }
+    Some((book, out))
 }
 
 /// Scalar reference implementations (also used by brute-force checks).
@@ -506,6 +612,29 @@ mod portable {
 
     pub(super) fn l2sq_halves(a: &[f32], h: &[u16]) -> f32 {
         halves::<true>(a, h)
+    }
+
+    /// Σ qⱼ·v̂ⱼ or Σ (qⱼ − v̂ⱼ)² to each of `c`, v̂ⱼ = loⱼ + sⱼ·cⱼ (over the shortest length).
+    pub(super) fn codes<const L2: bool, const W: usize>(
+        q: &[f32],
+        lo: &[f32],
+        step: &[f32],
+        c: [&[u8]; W],
+    ) -> [f32; W] {
+        c.map(|code| {
+            let n = q.len().min(lo.len()).min(step.len()).min(code.len());
+            let mut acc = [0f32; LANES];
+            for (i, ((&x, &l), (&s, &b))) in q[..n]
+                .iter()
+                .zip(&lo[..n])
+                .zip(step[..n].iter().zip(&code[..n]))
+                .enumerate()
+            {
+                let v = s.mul_add(f32::from(b), l);
+                acc[i % LANES] += if L2 { (x - v) * (x - v) } else { x * v };
+            }
+            acc.iter().sum()
+        })
     }
 
     pub(super) fn l2sq(a: &[f32], b: &[f32]) -> f32 {
@@ -891,6 +1020,122 @@ mod x86 {
         out
     }
 
+    /// Σ qⱼ·v̂ⱼ or Σ (qⱼ − v̂ⱼ)² to the codes `c`, v̂ⱼ = loⱼ + sⱼ·cⱼ, eight codes side by
+    /// side (their lines stream together), the query's terms loaded once for all of them.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `lo`, `step` and every `c[j]` must be at least
+    /// `q.len()` long.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn codes_avx2<const L2: bool, const W: usize>(
+        q: &[f32],
+        lo: &[f32],
+        step: &[f32],
+        c: [&[u8]; W],
+    ) -> [f32; W] {
+        let n = q.len();
+        let (pq, pl, ps) = (q.as_ptr(), lo.as_ptr(), step.as_ptr());
+        let pc = c.map(<[u8]>::as_ptr);
+        let mut acc = [_mm256_setzero_ps(); W];
+        // Dot only: Σ q·lo, the same for every code.
+        let mut shared = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: the loop condition keeps these loads inside q, lo and step (the caller's
+            // contract makes lo and step at least as long as q).
+            let (x, l, st) = unsafe {
+                (
+                    _mm256_loadu_ps(pq.add(i)),
+                    _mm256_loadu_ps(pl.add(i)),
+                    _mm256_loadu_ps(ps.add(i)),
+                )
+            };
+            // Dot: Σ q·(lo + s·c) = Σ q·lo + Σ (q·s)·c. L2: ((q − lo) − s·c)².
+            let (a, b) = if L2 {
+                (_mm256_sub_ps(x, l), st)
+            } else {
+                shared = _mm256_fmadd_ps(x, l, shared);
+                (_mm256_mul_ps(x, st), st)
+            };
+            for (acc, &p) in acc.iter_mut().zip(&pc) {
+                // SAFETY: each c[j] is at least n long (the caller's contract), so the eight
+                // bytes at i lie inside it.
+                let bytes = unsafe { _mm_loadl_epi64(p.add(i).cast()) };
+                let y = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+                *acc = if L2 {
+                    let d = _mm256_fnmadd_ps(b, y, a);
+                    _mm256_fmadd_ps(d, d, *acc)
+                } else {
+                    _mm256_fmadd_ps(a, y, *acc)
+                };
+            }
+            i += 8;
+        }
+        let shared = if L2 { 0.0 } else { hsum256(shared) };
+        let mut out = acc.map(|v| hsum256(v) + shared);
+        for (o, code) in out.iter_mut().zip(c) {
+            for k in i..n {
+                let v = step[k].mul_add(f32::from(code[k]), lo[k]);
+                *o += if L2 {
+                    (q[k] - v) * (q[k] - v)
+                } else {
+                    q[k] * v
+                };
+            }
+        }
+        out
+    }
+
+    /// A code group's lengths, checked: codes kernels are installed only by `with_level` after
+    /// runtime detection, and this makes every call meet the length contract.
+    fn codes_fit<const W: usize>(q: &[f32], lo: &[f32], step: &[f32], c: &[&[u8]; W]) -> bool {
+        lo.len() >= q.len() && step.len() >= q.len() && c.iter().all(|c| c.len() >= q.len())
+    }
+
+    pub(super) fn l2sq_codes_avx2(
+        q: &[f32],
+        lo: &[f32],
+        step: &[f32],
+        c: [&[u8]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        if !codes_fit(q, lo, step, &c) {
+            return super::portable::codes::<true, BATCH_WIDTH>(q, lo, step, c);
+        }
+        // SAFETY: AVX2 + FMA were detected; the lengths were checked above.
+        unsafe { codes_avx2::<true, BATCH_WIDTH>(q, lo, step, c) }
+    }
+
+    pub(super) fn l2sq_code_avx2(q: &[f32], lo: &[f32], step: &[f32], c: &[u8]) -> f32 {
+        if !codes_fit(q, lo, step, &[c]) {
+            return super::portable::codes::<true, 1>(q, lo, step, [c])[0];
+        }
+        // SAFETY: AVX2 + FMA were detected; the lengths were checked above.
+        let [d] = unsafe { codes_avx2::<true, 1>(q, lo, step, [c]) };
+        d
+    }
+
+    pub(super) fn dot_code_avx2(q: &[f32], lo: &[f32], step: &[f32], c: &[u8]) -> f32 {
+        if !codes_fit(q, lo, step, &[c]) {
+            return super::portable::codes::<false, 1>(q, lo, step, [c])[0];
+        }
+        // SAFETY: AVX2 + FMA were detected; the lengths were checked above.
+        let [d] = unsafe { codes_avx2::<false, 1>(q, lo, step, [c]) };
+        d
+    }
+
+    pub(super) fn dot_codes_avx2(
+        q: &[f32],
+        lo: &[f32],
+        step: &[f32],
+        c: [&[u8]; BATCH_WIDTH],
+    ) -> [f32; BATCH_WIDTH] {
+        if !codes_fit(q, lo, step, &c) {
+            return super::portable::codes::<false, BATCH_WIDTH>(q, lo, step, c);
+        }
+        // SAFETY: AVX2 + FMA were detected; the lengths were checked above.
+        unsafe { codes_avx2::<false, BATCH_WIDTH>(q, lo, step, c) }
+    }
+
     // The halves wrappers are installed only by `with_level` after runtime detection, and
     // `Distance::walk_many` checks every batch length first.
 
@@ -1002,6 +1247,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::codes::Codebook;
 
     fn data(n: usize, seed: u64) -> Vec<f32> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -1153,6 +1399,61 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Fails if a search could skip ranking a vector that belongs among the nearest k by
+        /// its code: the bound must stay at or below the exact distance as computed, at every
+        /// kernel level (single and batched), for near and far vectors, inside and outside the
+        /// codebook's trained range, at any scale and offset, inner product unnormalised too.
+        #[test]
+        fn code_lower_bound_never_exceeds_the_exact_distance(
+            n in 1usize..320,
+            seed in 0u64..1_000_000,
+            scale_exp in -20i32..20,
+            offset in -8.0f32..8.0,
+            near in 0.0f32..1.0,
+            outside in 0.0f32..4.0,
+        ) {
+            let scale = 2f32.powi(scale_exp);
+            let q: Vec<f32> = data(n, seed).iter().map(|x| (x + offset) * scale).collect();
+            let other = data(n, seed + 7);
+            // Trained on vectors around q; v may fall outside the trained range (clamped).
+            let train: Vec<Vec<f32>> = (0..8)
+                .map(|t| data(n, seed + 100 + t).iter().zip(&q).map(|(a, b)| b + a * scale).collect())
+                .collect();
+            let v: Vec<f32> = q
+                .iter()
+                .zip(&other)
+                .map(|(a, b)| a + (near * near + outside) * (b + offset) * scale)
+                .collect();
+            let (qu, vu) = (unit(&q), unit(&v));
+            let train_u: Vec<Vec<f32>> = train.iter().map(|t| unit(t)).collect();
+            for level in SimdLevel::available() {
+                for (metric, q, v, train) in [
+                    (Metric::L2Squared, &q, &v, &train),
+                    (Metric::Cosine, &qu, &vu, &train_u),
+                    (Metric::InnerProduct, &qu, &vu, &train_u),
+                    (Metric::InnerProduct, &q, &v, &train),
+                ] {
+                    let d = Distance::with_level(metric, level);
+                    let book = Codebook::train(n, train.iter().map(|t| t.as_slice()));
+                    let mut code = vec![0u8; n];
+                    let (eps, norm) = book.encode(v, &mut code);
+                    let r = VectorRef::Code(&code, &book);
+                    let walked = d.walk(q, r);
+                    let mut walked_many = [0.0f32; 3];
+                    d.walk_many(q, &[r, r, r], &mut walked_many);
+                    let exact = d.exact(q, VectorRef::F32(v), &mut Vec::new());
+                    let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    for w in [walked, walked_many[0], walked_many[2]] {
+                        let bound = d.code_lower_bound(q_norm, w, eps, norm, book.lo_norm(), n);
+                        proptest::prop_assert!(
+                            bound <= exact,
+                            "{metric:?} {level:?} n={n}: bound {bound} > exact {exact} (walked {w}, eps {eps})"
+                        );
+                    }
+                }
+            }
+        }
+
         /// Fails if a search could skip ranking a vector that belongs among the nearest k:
         /// the bound must stay at or below the exact distance as computed, at every kernel
         /// level, for near neighbors (where rounding and truncation matter most), at any

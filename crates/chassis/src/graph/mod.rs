@@ -41,9 +41,19 @@ pub const EMPTY: u32 = u32::MAX;
 pub trait GraphStore {
     /// Slots below this may be traversed (R for readers, all written slots for the writer).
     fn routing_count(&self) -> u32;
-    /// The stored vector of `slot` in its file's layout, or `None` if it can't be read
+    /// What a search walks by for `slot`: its stored vector in its file's layout, or its code
+    /// ([`VectorRef::Code`]) in a file with trained codes; `None` if it can't be read
     /// (treated as absent).
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>>;
+    /// The stored vector of `slot` itself, never a code: what exact distances are taken from.
+    fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        self.vector(slot)
+    }
+    /// The aux record of `slot`'s code (ε ≥ ‖v − v̂‖, ‖v‖), when [`GraphStore::vector`] gives
+    /// codes.
+    fn code_aux(&self, _slot: u32) -> Option<(f32, f32)> {
+        None
+    }
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
@@ -203,6 +213,8 @@ fn prefetch<T>(p: *const T, lines: usize) {
 /// [`VECTOR_PREFETCH_LINES`]).
 #[inline(always)]
 fn prefetch_walk(v: VectorRef<'_>) {
+    // Codes (384 bytes at 384 dimensions) get all their lines too: prefetching 1, 2 or 3
+    // lines of a code was 16%, 15% and 11% slower than 12 at ef 48 (docs/PERFORMANCE.md).
     prefetch(
         v.as_ptr(),
         VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64)),
@@ -471,13 +483,9 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
     if gave_up {
         return None;
     }
-    // Split vectors were walked by their high halves: rank the ef found by exact distance
-    // (reading their low halves) before keeping k, so every returned distance is exact.
-    if out
-        .first()
-        .and_then(|s| store.vector(s.slot))
-        .is_some_and(|v| matches!(v, VectorRef::Split(_)))
-    {
+    // Walked by high halves or codes: rank the ef found by exact distance (reading low halves
+    // or whole vectors) before keeping k, so every returned distance is exact.
+    if out.iter().any(|s| approximate(store, s.slot)) {
         out = rank_exactly(store, dist, q, &out, k, scratch);
     }
     out.truncate(k);
@@ -503,9 +511,11 @@ pub fn scan<S: GraphStore>(
     // ahead prefetched, so loads overlap without flooding the line-fill buffers.
     let mut refs: Vec<(u32, VectorRef<'_>)> = Vec::new();
     let mut split = false;
+    let mut coded = false;
     for slot in slots {
         if let Some(v) = store.vector(slot) {
             split |= matches!(v, VectorRef::Split(_));
+            coded |= v.is_code();
             refs.push((slot, v));
         }
     }
@@ -532,6 +542,11 @@ pub fn scan<S: GraphStore>(
         );
     }
     scratch.distance_count += all.len() as u64;
+    if coded {
+        // Each code has its own error bound: rank in the order of the bounds, which stops
+        // as soon as the rest can't come nearer.
+        return rank_exactly(store, dist, q, &all, k, scratch);
+    }
     if !split {
         // Walk distances are exact distances.
         if all.len() > k {
@@ -562,14 +577,47 @@ pub fn scan<S: GraphStore>(
     rank_exactly(store, dist, q, &all, k, scratch)
 }
 
-/// How many found vectors ahead of the one being ranked have their low halves prefetched.
+/// How many found vectors ahead of the one being ranked have their exact bytes prefetched.
 const RANK_PREFETCH_AHEAD: usize = 8;
 
-/// The nearest `k` of `found` (sorted by walk distance, by high halves) by exact distance,
-/// nearest first. Ranks `found` in walk order and stops at the first vector whose exact
-/// distance can't be below the k-th exact distance so far ([`Distance::exact_lower_bound`]
-/// of its walk distance, which grows with it); since the bound holds, the result is the
-/// same as ranking all of `found`, minus exact distances that could not change it.
+/// A lower bound on the exact distance from `q` to `slot`, whose walk distance is `walked`:
+/// by its code's error ([`Distance::code_lower_bound`]) when the walk read its code, by the
+/// high halves' error ([`Distance::exact_lower_bound`]) when it read high halves, and the walk
+/// distance itself when that was exact.
+fn lower_bound<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q_norm: f32,
+    walked: f32,
+    slot: u32,
+    dims: usize,
+) -> f32 {
+    match store.vector(slot) {
+        Some(VectorRef::Code(_, book)) => match store.code_aux(slot) {
+            Some((eps, norm)) => {
+                dist.code_lower_bound(q_norm, walked, eps, norm, book.lo_norm(), dims)
+            }
+            None => f32::NEG_INFINITY,
+        },
+        Some(VectorRef::Split(_)) => dist.exact_lower_bound(q_norm, walked, dims),
+        _ => walked,
+    }
+}
+
+/// Whether walk distances to `slot` are approximations (codes or high halves) to be ranked
+/// exactly before a search returns.
+fn approximate<S: GraphStore>(store: &S, slot: u32) -> bool {
+    matches!(
+        store.vector(slot),
+        Some(VectorRef::Split(_) | VectorRef::Code(..))
+    )
+}
+
+/// The nearest `k` of `found` (scored by walk distance) by exact distance, nearest first.
+/// Ranks `found` in the order of a lower bound on each one's exact distance
+/// ([`lower_bound`]: by codes' or high halves' error) and stops at the first whose bound is
+/// above the k-th exact distance so far; since every later bound is higher still, the result
+/// is the same as ranking all of `found`, minus exact distances that could not change it.
 fn rank_exactly<S: GraphStore>(
     store: &S,
     dist: &Distance,
@@ -582,31 +630,42 @@ fn rank_exactly<S: GraphStore>(
         return Vec::new();
     }
     let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let prefetch_low = |s: &Scored| {
-        if let Some(v) = store.vector(s.slot) {
-            let low = v.as_ptr().wrapping_add(v.walk_bytes());
-            prefetch(low, v.walk_bytes().div_ceil(64));
+    let mut order: Vec<Scored> = found
+        .iter()
+        .map(|s| Scored {
+            distance: lower_bound(store, dist, q_norm, s.distance, s.slot, q.len()),
+            slot: s.slot,
+        })
+        .collect();
+    order.sort_unstable();
+    // The bytes an exact distance reads beyond the walk's: the low halves of a split vector,
+    // the whole vector when the walk read a code.
+    let prefetch_exact = |s: &Scored| {
+        let coded = store.vector(s.slot).is_some_and(|v| v.is_code());
+        if let Some(v) = store.exact_vector(s.slot) {
+            if coded {
+                prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
+            } else {
+                let low = v.as_ptr().wrapping_add(v.walk_bytes());
+                prefetch(low, v.walk_bytes().div_ceil(64));
+            }
         }
     };
-    found
+    order
         .iter()
         .take(k + RANK_PREFETCH_AHEAD)
-        .for_each(prefetch_low);
+        .for_each(prefetch_exact);
     // A max-heap of the nearest k so far: its top is the k-th exact distance.
     let nearest = &mut scratch.results;
     nearest.clear();
-    for (i, s) in found.iter().enumerate() {
-        if nearest.len() >= k
-            && nearest.peek().is_some_and(|kth| {
-                dist.exact_lower_bound(q_norm, s.distance, q.len()) > kth.distance
-            })
-        {
+    for (i, s) in order.iter().enumerate() {
+        if nearest.len() >= k && nearest.peek().is_some_and(|kth| s.distance > kth.distance) {
             break;
         }
-        if let Some(ahead) = found.get(i + k + RANK_PREFETCH_AHEAD) {
-            prefetch_low(ahead);
+        if let Some(ahead) = order.get(i + k + RANK_PREFETCH_AHEAD) {
+            prefetch_exact(ahead);
         }
-        let Some(v) = store.vector(s.slot) else {
+        let Some(v) = store.exact_vector(s.slot) else {
             continue;
         };
         scratch.distance_count += 1;

@@ -293,6 +293,9 @@ impl Writer {
         self.store.write_vectors(first, &flat)?;
         drop(flat);
         self.count = first + levels.len() as u32;
+        // Codes from the add that brings the file to TRAIN_MIN vectors on (this one's rows
+        // included), before any of its rows is routed through.
+        self.train_codes_when_due()?;
         self.dirty = true;
         for &id in ids {
             self.next_id = self.next_id.max(id.saturating_add(1));
@@ -318,6 +321,7 @@ impl Writer {
                     store: &self.store,
                     count: slot + 1,
                     walk: &self.shared.walk,
+                    codes: false,
                 };
                 let before = self.entry;
                 let becomes_entry = graph::insert(
@@ -365,6 +369,7 @@ impl Writer {
             store: &self.store,
             count: self.count,
             walk: &self.shared.walk,
+            codes: false,
         };
         let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
         let prefix = Prefix::new(levels.len());

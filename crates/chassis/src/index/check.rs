@@ -155,6 +155,34 @@ impl Writer {
         } else if h.entry_point != header::NO_ENTRY {
             problem("an empty index names an entry point".into());
         }
+        // Codes are derived data: each committed slot's code and aux record must be what
+        // coding its vector with the committed codebook gives.
+        if let (true, Some(book)) = (h.codebook != 0, self.store.codebook()) {
+            let mut code = vec![0u8; book.dims()];
+            let mut v = Vec::new();
+            for slot in 0..n {
+                let (Some(stored), Some(aux), Some(vector)) = (
+                    self.store.code(slot),
+                    self.store.code_aux(slot),
+                    self.store.vector(slot),
+                ) else {
+                    problem(format!("slot {slot}: its code is not mapped"));
+                    continue;
+                };
+                vector.decode_into(&mut v);
+                let want = book.encode(&v, &mut code);
+                let same = matches!(stored, crate::format::vector::VectorRef::Code(c, _) if c == code.as_slice());
+                if !same
+                    || aux.0.to_bits() != want.0.to_bits()
+                    || aux.1.to_bits() != want.1.to_bits()
+                {
+                    problem(format!(
+                        "slot {slot}: its code or error bound is not its vector's (compact to \
+                         rebuild codes)"
+                    ));
+                }
+            }
+        }
         let lost = if r.problems.is_empty() {
             self.unreachable_slots()
         } else {

@@ -7,6 +7,7 @@
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::error::{Error, Result};
+use crate::format::codes::{self, CodeKind};
 use crate::format::header::{self, Header};
 use crate::format::vector::VectorLayout;
 
@@ -75,6 +76,7 @@ impl Writer {
             pending_delete_epoch: 0,
             deleted_count: old.deleted_count + self.pending_deletes.len() as u64,
             next_id: self.next_id,
+            codebook: self.store.codebook_offset(),
             ..old
         };
         self.store.commit(next, &deletes)?;
@@ -93,6 +95,23 @@ impl Writer {
 }
 
 impl Writer {
+    /// Trains the file's codebook and codes its slots ([`crate::storage::Store::train_codes`])
+    /// once it holds [`codes::TRAIN_MIN`] slots, if it keeps codes and has none yet: at the
+    /// add that gets it there, and at open for a file whose codes went missing (a writer that
+    /// trained them crashed before its flush). Searches of this handle walk by codes from its
+    /// next publication, readers of the file from the flush that names the codebook.
+    pub(super) fn train_codes_when_due(&mut self) -> Result<()> {
+        if self.read_only.is_none()
+            && self.store.code_kind() != CodeKind::None
+            && self.store.codebook().is_none()
+            && u64::from(self.count) >= codes::TRAIN_MIN
+        {
+            self.store.train_codes(self.count)?;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
     /// Closes a writer whose only changes are the repair pass's list edits (see
     /// [`Writer::repair_graph`]) without a commit: makes the lists durable, then writes the
     /// clean-close marker for the current header, so the sequence (and a backup's stamp)

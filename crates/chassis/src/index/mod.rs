@@ -119,6 +119,9 @@ struct View<'a> {
     store: &'a Regions,
     count: u32,
     walk: &'a WalkCheck,
+    /// Walk by codes where the file has them (searches); inserts walk by the vectors, so the
+    /// graph is built by the distances it was built by before codes.
+    codes: bool,
 }
 
 impl GraphStore for View<'_> {
@@ -128,10 +131,23 @@ impl GraphStore for View<'_> {
     }
     #[inline]
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        if self.codes {
+            if let Some(c) = self.store.code(slot) {
+                return Some(c);
+            }
+        }
+        self.exact_vector(slot)
+    }
+    #[inline]
+    fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         match self.store.vector(slot)? {
             VectorRef::Split(h) if self.walk.exact() => Some(VectorRef::SplitExact(h)),
             v => Some(v),
         }
+    }
+    #[inline]
+    fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+        self.store.code_aux(slot)
     }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {

@@ -227,6 +227,10 @@ impl Writer {
             }
         }
         if index.read_only.is_none() {
+            // Codes that went missing (a writer trained them and stopped before its flush)
+            // are trained again: no committed header names a codebook yet, so no reader reads
+            // the codes this rewrites.
+            index.train_codes_when_due()?;
             let recovery = index.store.recovery();
             let clean = recovery.is_none()
                 && index.store.clean_close_sequence() == Some(index.store.header().sequence);
@@ -323,6 +327,7 @@ impl Writer {
             store: &self.store,
             count: self.count,
             walk: &self.shared.walk,
+            codes: false,
         };
         for &slot in &damaged {
             graph::reconnect(&view, &self.dist, &self.params, slot, entry, &mut scratch);

@@ -4,6 +4,7 @@
 //! they reach a header; everything it accepts, `Header::validate` accepts too.
 
 use crate::error::{Error, Result};
+use crate::format::codes::CodeKind;
 use crate::format::geometry::Geometry;
 use crate::format::header;
 use crate::format::vector::VectorLayout;
@@ -43,6 +44,10 @@ pub struct Options {
     /// searches read half of each vector while they walk the graph; [`VectorLayout::F32`]
     /// writes a format 3 file, which releases that read only format 3 can open.
     pub vector_layout: VectorLayout,
+    /// Quantized codes kept beside the vectors ([`CodeKind::Int8`]: one byte per dimension)
+    /// for searches to walk the graph by, ranking what they find exactly; a file with codes has
+    /// write version 6. The default, [`CodeKind::None`], walks by the vectors.
+    pub codes: CodeKind,
 }
 
 impl Options {
@@ -57,7 +62,14 @@ impl Options {
             max_layers: DEFAULT_MAX_LAYERS,
             geometry: None,
             vector_layout: VectorLayout::default(),
+            codes: CodeKind::None,
         }
+    }
+
+    /// Sets the codes kept beside the vectors.
+    pub fn codes(mut self, codes: CodeKind) -> Options {
+        self.codes = codes;
+        self
     }
 
     /// Sets the vector layout.
@@ -114,7 +126,7 @@ impl Options {
         let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
         let geometry = self
             .geometry
-            .unwrap_or_else(|| Geometry::for_layout(dims, m, layers));
+            .unwrap_or_else(|| Geometry::for_slots(dims, m, layers, self.codes));
         if let Some(why) = geometry.validate(m, layers) {
             return Err(Error::InvalidArgument(format!("geometry: {why}")));
         }
@@ -127,6 +139,7 @@ impl Options {
             seed: self.seed,
             geometry,
             layout: self.vector_layout,
+            codes: self.codes,
         })
     }
 }
@@ -185,6 +198,11 @@ pub struct Info {
     pub versions: (u32, u32),
     /// How the file stores vectors.
     pub vector_layout: VectorLayout,
+    /// The codes the file keeps beside its vectors.
+    pub codes: CodeKind,
+    /// Whether searches walk by those codes (their codebook is trained: the file has held
+    /// [`crate::format::codes::TRAIN_MIN`] vectors).
+    pub codes_trained: bool,
     /// Whether searches walk this file's split vectors by exact distances (its data proved
     /// too fine for their high halves; see docs/ARCHITECTURE.md).
     pub exact_walk: bool,

@@ -208,6 +208,7 @@ impl Published {
             store: &self.regions,
             count: routing,
             walk: &self.shared.walk,
+            codes: true,
         }
     }
 
@@ -282,6 +283,8 @@ impl Published {
             file_bytes: self.shared.storage.len()?,
             versions: (h.read_version, h.write_version),
             vector_layout: h.layout(),
+            codes: self.regions.code_kind(),
+            codes_trained: self.regions.codebook().is_some(),
             exact_walk: h.layout() == VectorLayout::SplitHalves && self.shared.walk.exact(),
             metadata_bytes: self.metadata_bytes,
             metadata_chunks: self.regions.metadata_chunk_count(),

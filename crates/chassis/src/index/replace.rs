@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::format;
+use crate::format::codes::CodeKind;
 use crate::format::header::{self, FLAG_CUSTOM_IDS};
 use crate::format::vector::VectorLayout;
 use crate::graph::Metric;
@@ -34,6 +35,10 @@ pub struct CompactOptions {
     /// format 3, so the releases that read only format 3 still open it).
     /// `Some(VectorLayout::SplitHalves)` turns a format 3 file into format 4.
     pub vector_layout: Option<VectorLayout>,
+    /// The new file's codes; `None` keeps the index's own. `Some(CodeKind::Int8)` adds codes
+    /// to a file without them (its codebook trained from the live vectors), `Some(None)`
+    /// drops them.
+    pub codes: Option<CodeKind>,
 }
 
 /// What a compaction did.
@@ -174,7 +179,8 @@ impl Writer {
             .seed(self.seed);
         opts.max_layers = self.params.max_layers;
         opts.vector_layout = options.vector_layout.unwrap_or(self.store.layout());
-        if m == self.params.m {
+        opts.codes = options.codes.unwrap_or(self.store.code_kind());
+        if m == self.params.m && opts.codes == self.store.code_kind() {
             opts = opts.geometry(self.store.header().geometry);
         }
         Ok(opts)

@@ -77,6 +77,7 @@ impl Writer {
             store: &self.store,
             count: self.count,
             walk: &self.shared.walk,
+            codes: false,
         };
         let mut buf = Vec::new();
         let step = (self.count / 256).max(1);

@@ -264,6 +264,34 @@ impl GraphStore for View<'_> {
     }
     #[inline]
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+        // Committed slots are walked by their codes once the header names a codebook; a hint
+        // slot (at or past N) by its vector, copied out.
+        if let Some((_, book)) = &self.snap.regions.codebook {
+            if u64::from(slot) < self.snap.header.committed_count {
+                let (layout, region, off) = self.place(slot)?;
+                let at = layout.codes_at + off * layout.code_bytes;
+                return region
+                    .bytes(at, self.reader.dims as usize)
+                    .ok()
+                    .map(|c| VectorRef::Code(c, book));
+            }
+        }
+        self.exact_vector(slot)
+    }
+    #[inline]
+    fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+        self.snap.regions.codebook.as_ref()?;
+        let (layout, region, off) = self.place(slot)?;
+        let w = region
+            .u32_words(layout.aux_at + off * crate::format::codes::AUX_BYTES, 2)
+            .ok()?;
+        Some((
+            f32::from_bits(w[0].load(Ordering::Relaxed)),
+            f32::from_bits(w[1].load(Ordering::Relaxed)),
+        ))
+    }
+    #[inline]
+    fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
         let d = u64::from(self.reader.dims);
         let at = layout.vectors_at + off * 4 * d;
@@ -485,7 +513,7 @@ impl IndexReader {
         let mut all: Vec<Scored> = (0..n)
             .filter(|&s| view.live(s))
             .filter_map(|s| {
-                view.vector(s).map(|v| Scored {
+                view.exact_vector(s).map(|v| Scored {
                     distance: self.dist.exact(q, v, &mut buf),
                     slot: s,
                 })
@@ -574,8 +602,9 @@ impl IndexReader {
     pub fn get(&self, id: u64) -> Result<Vec<f32>> {
         let snap = self.snapshot()?;
         let slot = self.lookup(&snap, id)?.ok_or(Error::NotFound { id })?;
+        // The vector itself, never its code (a walk reads codes; a caller gets what it stored).
         View::new(self, &snap)
-            .vector(slot)
+            .exact_vector(slot)
             .map(|v| v.to_vec())
             .ok_or_else(|| Error::corrupt("vector unreadable", 0))
     }

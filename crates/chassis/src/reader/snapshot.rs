@@ -29,6 +29,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::format::codes::{self, CodeKind, Codebook};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
 use crate::format::vector::VectorLayout;
@@ -56,6 +57,9 @@ pub(super) struct Regions {
     pub(super) upper_chunks: Vec<Mapped>,
     /// Committed metadata-heap chunks (only committed slots' documents are ever read).
     pub(super) metadata_chunks: Vec<crate::storage::Mapped>,
+    /// The committed codebook and its offset, once the header names one: searches walk the
+    /// committed slots by their codes from then on.
+    pub(super) codebook: Option<(u64, Arc<Codebook>)>,
 }
 
 /// One consistent view of the file: a committed header, the routing count R, and the regions
@@ -128,6 +132,8 @@ pub(super) struct ReaderFile {
     pub(super) geometry: Geometry,
     /// How the file stores vectors (fixed for its life; a replacing file may differ).
     pub(super) layout: VectorLayout,
+    /// The codes the file keeps (fixed for its life too: it decides the segment layout).
+    pub(super) codes: CodeKind,
     pub(super) record_bytes: u64,
     pub(super) ef_construction: u32,
     /// Which file on disk (None for storage without a path).
@@ -170,6 +176,7 @@ impl ReaderFile {
                 m: first.m,
                 geometry: first.geometry,
                 layout: first.layout(),
+                codes: first.code_kind(),
                 record_bytes: record::level0_record_bytes(first.m),
                 ef_construction: first.ef_construction,
                 identity,
@@ -522,7 +529,12 @@ impl IndexReader {
                     self.counters.remaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let layout = SegmentLayout::new(file.geometry.segment_slots(k), self.dims, file.m);
+            let layout = SegmentLayout::with_codes(
+                file.geometry.segment_slots(k),
+                self.dims,
+                file.m,
+                file.codes,
+            );
             match self.map(file, offset, align_region(layout.bytes), at, &mut file_len) {
                 Ok(m) => {
                     segments.push((layout, m));
@@ -618,12 +630,31 @@ impl IndexReader {
             changed = true;
         }
         changed |= metadata_chunks.len() != old_regions.metadata_chunks.len();
+        // The codebook: written once, before the commit that names it, and never changed.
+        let codebook = match (&old_regions.codebook, h.codebook) {
+            (_, 0) => None,
+            (Some((off, book)), want) if *off == want => Some((want, Arc::clone(book))),
+            (_, want) => {
+                let bytes = codes::codebook_bytes(self.dims);
+                let len = match file_len {
+                    Some(l) => l,
+                    None => file.storage.len()?,
+                };
+                table::check_region(want, bytes, len, header::at::CODEBOOK as u64)?;
+                let mut b = vec![0u8; bytes as usize];
+                file.storage.read_at(want, &mut b)?;
+                changed = true;
+                Some((want, Arc::new(Codebook::decode(&b, self.dims, want)?)))
+            }
+        };
+        changed |= codebook.is_some() != old_regions.codebook.is_some();
         match old {
             Some(old) if !changed => Ok(old),
             _ => Ok(Arc::new(Regions {
                 segments,
                 upper_chunks: chunks,
                 metadata_chunks,
+                codebook,
             })),
         }
     }

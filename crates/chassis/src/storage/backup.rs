@@ -42,6 +42,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::format::codes;
 use crate::format::geometry::SegmentLayout;
 use crate::format::header::{self, Header};
 use crate::format::patch::{Op, Patch};
@@ -125,7 +126,7 @@ fn read_tables(s: &dyn Storage, h: &Header) -> Result<Tables> {
         Ok(())
     };
     cut(&mut segments, h.segment_count, &|k| {
-        SegmentLayout::new(g.segment_slots(k), h.dims, h.m).bytes
+        h.segment_layout(k).bytes
     })?;
     cut(&mut upper, h.upper_heap_chunk_count, &|k| {
         g.heap_chunk_bytes(k)
@@ -439,11 +440,14 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
     }
     // (3) Segments: slot headers and level-0 records compared below the old N; everything
     // from the old N to the new one shipped.
+    let codebook_shipped = old
+        .as_ref()
+        .is_some_and(|d| d.codebook != 0 && d.codebook == state.codebook);
     let rb = record::level0_record_bytes(state.m);
     let vb = 4 * u64::from(state.dims);
     for (k, &off) in st.segments.iter().enumerate() {
         let k = k as u64;
-        let layout = SegmentLayout::new(state.geometry.segment_slots(k), state.dims, state.m);
+        let layout = state.segment_layout(k);
         let new = committed_in(&state, k, state.committed_count);
         let was = committed_in(&state, k, old_n);
         let clear_marks = move |_: u64, b: &mut [u8]| {
@@ -462,6 +466,32 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
             &no_fix,
         )?;
         c.copy(off + layout.records_at, rb * new, rb * was, &no_fix)?;
+        // Codes: written with their slots and never changed once a committed header names
+        // the codebook; before that (a destination without it) every slot's are shipped.
+        if layout.code_bytes > 0 && state.codebook != 0 {
+            let from = if codebook_shipped { was } else { 0 };
+            c.copy(
+                off + layout.aux_at + codes::AUX_BYTES * from,
+                codes::AUX_BYTES * (new - from),
+                0,
+                &no_fix,
+            )?;
+            c.copy(
+                off + layout.codes_at + layout.code_bytes * from,
+                layout.code_bytes * (new - from),
+                0,
+                &no_fix,
+            )?;
+        }
+    }
+    // The codebook region, once, when the destination doesn't have it.
+    if state.codebook != 0 && !codebook_shipped {
+        c.copy(
+            state.codebook,
+            codes::codebook_bytes(state.dims),
+            0,
+            &no_fix,
+        )?;
     }
     // (4) Heaps: upper entries compared below the old first free byte (their neighbor words
     // change), metadata entries never (they don't); both shipped past it.
@@ -544,9 +574,14 @@ fn dt_has_page(old: Option<&Header>, off: u64) -> bool {
 fn region_end(h: &Header, t: &Tables) -> u64 {
     let g = h.geometry;
     let page = align_region(table::page_bytes(g.table_page_entries));
-    let segs = t.segments.iter().enumerate().map(|(k, &o)| {
-        o + align_region(SegmentLayout::new(g.segment_slots(k as u64), h.dims, h.m).bytes)
-    });
+    let segs = t
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(k, &o)| o + align_region(h.segment_layout(k as u64).bytes));
+    let codebook = (h.codebook != 0)
+        .then(|| h.codebook + align_region(codes::codebook_bytes(h.dims)))
+        .into_iter();
     let upper = t
         .upper
         .iter()
@@ -561,6 +596,7 @@ fn region_end(h: &Header, t: &Tables) -> u64 {
     segs.chain(upper)
         .chain(meta)
         .chain(pages)
+        .chain(codebook)
         .max()
         .unwrap_or(0)
 }
@@ -569,7 +605,7 @@ fn region_end(h: &Header, t: &Tables) -> u64 {
 /// pages, and the fixed area.
 fn committed_extent(h: &Header, t: &Tables) -> u64 {
     let g = h.geometry;
-    let slots = h.committed_count * SegmentLayout::slot_bytes(h.dims, h.m);
+    let slots = h.committed_count * SegmentLayout::slot_bytes_with(h.dims, h.m, h.code_kind());
     let upper: u64 = (0..t.upper.len() as u64)
         .map(|k| heap_used(h.upper_heap_next, k, g.heap_chunk_bytes(k)))
         .sum();

@@ -25,6 +25,7 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::format::codes::{self, CodeKind, Codebook};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
 use crate::format::metadata::{self, DocRef};
@@ -127,6 +128,8 @@ pub struct Store {
     /// Heap reference of the first free metadata-heap byte (0 before any chunk).
     metadata_next: u64,
     table_pages: Vec<TablePage>,
+    /// The codebook region the next commit names (the header's, or one trained since).
+    codebook_offset: u64,
     upper_next: u64,
     file_end: u64,
     /// Set by any failure inside a commit or recovery; every later commit then fails with
@@ -172,6 +175,8 @@ pub struct NewFile {
     pub geometry: Geometry,
     /// How vectors are stored (it decides the file's read and write versions).
     pub layout: VectorLayout,
+    /// What codes the file keeps (any but none makes its write version 6).
+    pub codes: CodeKind,
 }
 
 /// The two header copies as found, for inspection tools.
@@ -300,6 +305,10 @@ pub struct Regions {
     /// The header's layer limit (fixed for the file's life).
     max_layers: u32,
     geometry: Geometry,
+    /// The header's code kind (fixed for the file's life): it decides the segment layout.
+    codes: CodeKind,
+    /// The trained codebook, once there is one: searches walk by codes from then on.
+    codebook: Option<Arc<Codebook>>,
     segments: Arc<Vec<Segment>>,
     upper_chunks: Arc<Vec<Mapped>>,
     metadata_chunks: Arc<Vec<Mapped>>,
@@ -383,6 +392,43 @@ impl Regions {
     /// How this file stores vectors.
     pub fn layout(&self) -> VectorLayout {
         self.layout
+    }
+
+    /// The file's code kind (whether or not its codebook is trained yet).
+    pub fn code_kind(&self) -> CodeKind {
+        self.codes
+    }
+
+    /// The trained codebook, if any.
+    pub fn codebook(&self) -> Option<&Arc<Codebook>> {
+        self.codebook.as_ref()
+    }
+
+    /// The code of `slot` as a search walks by it, once the codebook is trained.
+    #[inline]
+    pub fn code(&self, slot: u32) -> Option<VectorRef<'_>> {
+        let book = self.codebook.as_deref()?;
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.codes_at + off * seg.layout.code_bytes;
+        seg.region
+            .bytes(at, self.dims as usize)
+            .ok()
+            .map(|c| VectorRef::Code(c, book))
+    }
+
+    /// The aux record of `slot`: its code's error bound ε and its vector's norm.
+    #[inline]
+    pub fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+        self.codebook.as_ref()?;
+        let (seg, off) = self.slot_place(slot)?;
+        let w = seg
+            .region
+            .u32_words(seg.layout.aux_at + off * codes::AUX_BYTES, 2)
+            .ok()?;
+        Some((
+            f32::from_bits(w[0].load(Ordering::Relaxed)),
+            f32::from_bits(w[1].load(Ordering::Relaxed)),
+        ))
     }
 
     /// Level-0 neighbor words of `slot`.
@@ -495,6 +541,38 @@ impl Regions {
     }
 }
 
+/// Writes the aux records and codes of the vectors `vectors` (whole vectors, slots from `off`
+/// on in `seg`), one write per array.
+fn write_codes(
+    storage: &dyn Storage,
+    seg: &Segment,
+    off: u64,
+    book: &Codebook,
+    vectors: &[f32],
+) -> Result<()> {
+    let d = book.dims();
+    let cb = seg.layout.code_bytes as usize;
+    if cb == 0 || d == 0 {
+        return Ok(());
+    }
+    let n = vectors.len() / d;
+    let mut aux = vec![0u8; n * codes::AUX_BYTES as usize];
+    let mut code = vec![0u8; n * cb];
+    for ((v, a), c) in vectors
+        .chunks_exact(d)
+        .zip(aux.chunks_exact_mut(codes::AUX_BYTES as usize))
+        .zip(code.chunks_exact_mut(cb))
+    {
+        let (eps, norm) = book.encode(v, c);
+        a.copy_from_slice(&codes::encode_aux(eps, norm));
+    }
+    storage.write_at(
+        seg.offset + seg.layout.aux_at + off * codes::AUX_BYTES,
+        &aux,
+    )?;
+    storage.write_at(seg.offset + seg.layout.codes_at + off * cb as u64, &code)
+}
+
 /// A store reads through its current regions.
 impl std::ops::Deref for Store {
     type Target = Regions;
@@ -517,9 +595,14 @@ impl Store {
                 Err(e) => Err(e),
             };
         }
+        let write_version = if new.codes == CodeKind::None {
+            new.layout.read_version()
+        } else {
+            format::CODES_WRITE_VERSION
+        };
         let mut h = Header {
             read_version: new.layout.read_version(),
-            write_version: new.layout.read_version(),
+            write_version,
             flags: 0,
             dims: new.dims,
             metric: new.metric,
@@ -542,6 +625,8 @@ impl Store {
             ef_construction: new.ef_construction,
             seed: new.seed,
             vector_layout: new.layout.code(),
+            codes: new.codes.code(),
+            codebook: 0,
             sequence: 1,
             table_pages: Vec::new(),
         };
@@ -583,6 +668,8 @@ impl Store {
                 record_bytes: record::level0_record_bytes(header.m),
                 max_layers: header.max_layers,
                 geometry,
+                codes: header.code_kind(),
+                codebook: None,
                 segments: Arc::new(Vec::new()),
                 upper_chunks: Arc::new(Vec::new()),
                 metadata_chunks: Arc::new(Vec::new()),
@@ -592,6 +679,7 @@ impl Store {
             metadata_allocated: Vec::new(),
             metadata_next: header.metadata_heap_next,
             table_pages: Vec::new(),
+            codebook_offset: header.codebook,
             upper_next: header.upper_heap_next,
             file_end: align_region(len),
             poisoned: false,
@@ -774,7 +862,7 @@ impl Store {
         }
         for k in 0..self.header.segment_count {
             let (offset, at) = self.table_entry(table::KIND_SEGMENTS, k)?;
-            let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
+            let layout = self.header.segment_layout(k);
             let bytes = align_region(layout.bytes);
             table::check_region(offset, bytes, len, at)?;
             let region = self.storage.map(offset, bytes, self.writable)?;
@@ -822,6 +910,15 @@ impl Store {
             self.upper_allocated.push(done);
         }
         self.map_metadata_chunks(len)?;
+        if self.header.codebook != 0 {
+            let off = self.header.codebook;
+            let bytes = codes::codebook_bytes(self.dims);
+            let at = format::header_offset(self.header_copy) + header::at::CODEBOOK as u64;
+            table::check_region(off, bytes, len, at)?;
+            let mut b = vec![0u8; bytes as usize];
+            self.storage.read_at(off, &mut b)?;
+            self.regions.codebook = Some(Arc::new(Codebook::decode(&b, self.dims, off)?));
+        }
         let next = self.header.upper_heap_next;
         let (chunk, off) = record::split_heap_ref(next);
         let ok = if self.upper_chunks.is_empty() {
@@ -972,7 +1069,7 @@ impl Store {
         if off < from {
             return Ok(());
         }
-        let per_slot = SegmentLayout::slot_bytes(self.dims, self.m);
+        let per_slot = SegmentLayout::slot_bytes_with(self.dims, self.m, self.codes);
         let step = (ALLOCATE_STEP / per_slot).max(1);
         let to = (off + 1).max(from + step).min(seg.layout.slots);
         let l = &seg.layout;
@@ -980,8 +1077,13 @@ impl Store {
             (l.headers_at, record::SLOT_HEADER_BYTES),
             (l.vectors_at, 4 * u64::from(self.dims)),
             (l.records_at, self.record_bytes),
+            (
+                l.aux_at,
+                self.codes.slot_bytes(self.dims).min(codes::AUX_BYTES),
+            ),
+            (l.codes_at, l.code_bytes),
         ];
-        for (at, each) in ranges {
+        for (at, each) in ranges.into_iter().filter(|r| r.1 > 0) {
             self.storage
                 .allocate(seg.offset + at + from * each, (to - from) * each)
                 .map_err(no_space)?;
@@ -1026,7 +1128,12 @@ impl Store {
 
     fn append_segment(&mut self) -> Result<()> {
         let k = self.segments.len() as u64;
-        let layout = SegmentLayout::new(self.geometry.segment_slots(k), self.dims, self.m);
+        let layout = SegmentLayout::with_codes(
+            self.geometry.segment_slots(k),
+            self.dims,
+            self.m,
+            self.codes,
+        );
         let (offset, region) = self.append_region(layout.bytes)?;
         advise_vectors_huge(&region, &layout);
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
@@ -1241,10 +1348,72 @@ impl Store {
                 seg.offset + seg.layout.vectors_at + off * 4 * d as u64,
                 &bytes,
             )?;
+            if let Some(book) = &self.regions.codebook {
+                write_codes(&*self.storage, seg, off, book, now)?;
+            }
             slot += n as u32;
             rest = later;
         }
         Ok(())
+    }
+
+    /// Trains the codebook from the vectors of slots `0..count` (up to
+    /// [`codes::TRAIN_SAMPLE`] of them, evenly spaced), writes it to a new region and the codes
+    /// of those slots; every vector written after this gets its code with it. The next commit
+    /// names the codebook in the header; until then readers of the file walk by vectors. A
+    /// file without codes, or one whose codebook is already trained, is left alone.
+    pub fn train_codes(&mut self, count: u32) -> Result<()> {
+        self.require_writable()?;
+        if self.codes == CodeKind::None || self.regions.codebook.is_some() || count == 0 {
+            return Ok(());
+        }
+        let d = self.dims as usize;
+        let step = (u64::from(count) / codes::TRAIN_SAMPLE).max(1) as usize;
+        let mut buf = Vec::new();
+        let sample: Vec<Vec<f32>> = (0..count)
+            .step_by(step)
+            .filter_map(|s| {
+                self.regions.vector(s).map(|v| {
+                    v.decode_into(&mut buf);
+                    buf.clone()
+                })
+            })
+            .collect();
+        let book = Codebook::train(d, sample.iter().map(|v| v.as_slice()));
+        let bytes = book.encode_region();
+        let (offset, _region) = self.append_region(bytes.len() as u64)?;
+        self.storage
+            .allocate(offset, bytes.len() as u64)
+            .map_err(no_space)?;
+        self.storage.write_at(offset, &bytes)?;
+        let book = Arc::new(book);
+        let mut first = 0u32;
+        while first < count {
+            let (seg, off) = self
+                .slot_place(first)
+                .ok_or_else(|| Error::corrupt(format!("slot {first} has no segment"), 0))?;
+            let n = (seg.layout.slots - off).min(u64::from(count - first)) as u32;
+            let mut vectors = Vec::with_capacity(n as usize * d);
+            for s in first..first + n {
+                match self.regions.vector(s) {
+                    Some(v) => {
+                        v.decode_into(&mut buf);
+                        vectors.extend_from_slice(&buf);
+                    }
+                    None => vectors.resize(vectors.len() + d, 0.0),
+                }
+            }
+            write_codes(&*self.storage, seg, off, &book, &vectors)?;
+            first += n;
+        }
+        self.codebook_offset = offset;
+        self.regions.codebook = Some(book);
+        Ok(())
+    }
+
+    /// File offset of the codebook the next commit names (0: none yet).
+    pub fn codebook_offset(&self) -> u64 {
+        self.codebook_offset
     }
 
     /// Writes `epoch` into `slot`'s deleted-epoch field.
