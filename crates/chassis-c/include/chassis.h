@@ -11,6 +11,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// `codes` of [`chassis_create_codes`]: no codes (searches walk by the vectors).
+#define CHASSIS_CODES_NONE 0
+
+// `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
+#define CHASSIS_CODES_INT8 1
+
+// `codes` of [`chassis_compact_codes`]: keep the file's codes.
+#define CHASSIS_CODES_KEEP 4294967295
+
 // What a call returned.
 typedef enum chassis_status {
   // Success.
@@ -153,6 +162,25 @@ enum chassis_status chassis_create_format(const char *path,
                                           uint32_t format,
                                           struct chassis_index **out_index);
 
+// [`chassis_create_format`] with quantized codes: `CHASSIS_CODES_INT8` keeps a one-byte code
+// per dimension beside each vector (trained once the file holds 1,000 vectors), which
+// searches walk the graph by, ranking what they find exactly (every returned distance stays
+// exact); `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with codes have write
+// version 6. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `chassis_create`.
+enum chassis_status chassis_create_codes(const char *path,
+                                         size_t dims,
+                                         enum chassis_metric metric,
+                                         size_t m,
+                                         size_t ef_construction,
+                                         uint32_t format,
+                                         uint32_t codes,
+                                         struct chassis_index **out_index);
+
 // Converts an hnswlib index file (`saveIndex`) at `src` into a new Chassis file at `dst`
 // (which must not exist) and opens it as the writer. hnswlib files don't record the metric:
 // pass the space the index was built with (`l2` → `CHASSIS_METRIC_L2`, `ip` →
@@ -261,6 +289,19 @@ enum chassis_status chassis_flush(struct chassis_index *index);
 // # Safety
 // `index` is a live handle.
 enum chassis_status chassis_compact(struct chassis_index *index, size_t m, size_t ef_construction);
+
+// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` adds codes
+// (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
+// keeps the file's.
+//
+// Thread safety: as `chassis_compact`.
+//
+// # Safety
+// `index` is a live handle.
+enum chassis_status chassis_compact_codes(struct chassis_index *index,
+                                          size_t m,
+                                          size_t ef_construction,
+                                          uint32_t codes);
 
 // The `k` nearest live vectors to `query` (nearest first), searching with beam width
 // max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and

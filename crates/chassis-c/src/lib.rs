@@ -76,6 +76,13 @@ pub enum chassis_metric {
     Ip = 2,
 }
 
+/// `codes` of [`chassis_create_codes`]: no codes (searches walk by the vectors).
+pub const CHASSIS_CODES_NONE: u32 = 0;
+/// `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
+pub const CHASSIS_CODES_INT8: u32 = 1;
+/// `codes` of [`chassis_compact_codes`]: keep the file's codes.
+pub const CHASSIS_CODES_KEEP: u32 = 0xFFFF_FFFF;
+
 /// The writer of one index file (opaque).
 pub struct chassis_index {
     /// `Index` is `Send + Sync` and serialises its own writes; searches never wait for them.
@@ -362,6 +369,60 @@ pub unsafe extern "C" fn chassis_create_format(
     })
 }
 
+/// [`chassis_create_format`] with quantized codes: `CHASSIS_CODES_INT8` keeps a one-byte code
+/// per dimension beside each vector (trained once the file holds 1,000 vectors), which
+/// searches walk the graph by, ranking what they find exactly (every returned distance stays
+/// exact); `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with codes have write
+/// version 6. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// As for `chassis_create`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn chassis_create_codes(
+    path: *const c_char,
+    dims: usize,
+    metric: chassis_metric,
+    m: usize,
+    ef_construction: usize,
+    format: u32,
+    codes: u32,
+    out_index: *mut *mut chassis_index,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path) }?;
+        let out_index = out(out_index, "out_index")?;
+        let mut opts = Options::new(dims, metric_of(metric))
+            .vector_layout(layout_of(format)?)
+            .codes(codes_of(codes)?);
+        if m != 0 {
+            opts = opts.m(m);
+        }
+        if ef_construction != 0 {
+            opts = opts.ef_construction(ef_construction);
+        }
+        let ix = Index::create(path, opts)?;
+        // SAFETY: `out_index` came through `out` (non-null) and is writable per the contract.
+        unsafe { hand_out(ix, out_index) };
+        Ok(())
+    })
+}
+
+/// The code kind of a C `codes` argument.
+fn codes_of(codes: u32) -> Result<chassis::CodeKind, Fail> {
+    match codes {
+        CHASSIS_CODES_NONE => Ok(chassis::CodeKind::None),
+        CHASSIS_CODES_INT8 => Ok(chassis::CodeKind::Int8),
+        c => Err(Error::InvalidArgument(format!(
+            "codes must be CHASSIS_CODES_NONE (0) or CHASSIS_CODES_INT8 (1), got {c}"
+        ))
+        .into()),
+    }
+}
+
 /// Converts an hnswlib index file (`saveIndex`) at `src` into a new Chassis file at `dst`
 /// (which must not exist) and opens it as the writer. hnswlib files don't record the metric:
 /// pass the space the index was built with (`l2` → `CHASSIS_METRIC_L2`, `ip` →
@@ -606,6 +667,40 @@ pub unsafe extern "C" fn chassis_compact(
             ef_construction: (ef_construction != 0).then_some(ef_construction),
             threads: 0,
             vector_layout: None,
+            codes: None,
+        })?;
+        Ok(())
+    })
+}
+
+/// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` adds codes
+/// (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
+/// keeps the file's.
+///
+/// Thread safety: as `chassis_compact`.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_compact_codes(
+    index: *mut chassis_index,
+    m: usize,
+    ef_construction: usize,
+    codes: u32,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let codes = match codes {
+            CHASSIS_CODES_KEEP => None,
+            c => Some(codes_of(c)?),
+        };
+        write(ix).compact(CompactOptions {
+            m: (m != 0).then_some(m),
+            ef_construction: (ef_construction != 0).then_some(ef_construction),
+            threads: 0,
+            vector_layout: None,
+            codes,
         })?;
         Ok(())
     })

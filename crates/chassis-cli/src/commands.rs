@@ -367,6 +367,7 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "routing_count": routing_count,
                 "metadata_bytes": meta.bytes, "metadata_vectors": meta.vectors,
                 "metadata_fields": fields_json, "indexed_fields": meta.indexed,
+                "codes": i.codes.name(), "codes_trained": i.codes_trained,
             })
         );
         return Ok(());
@@ -386,6 +387,17 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
             (_, true) => "split halves (format 4), walked exactly (inner product, or data too fine for halves)",
         }
     );
+    if i.codes != chassis::CodeKind::None {
+        println!(
+            "codes:         {}, {}",
+            i.codes.name(),
+            if i.codes_trained {
+                "trained: searches walk by them and rank exactly"
+            } else {
+                "untrained until the file holds 1,000 vectors"
+            }
+        );
+    }
     println!(
         "header:        sequence {} in copy {}; A: {}; B: {}",
         i.sequence,

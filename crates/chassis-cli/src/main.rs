@@ -48,6 +48,11 @@ enum Command {
         /// files that releases reading only format 3 must open).
         #[arg(long, value_parser = parse_format, default_value = "4")]
         format: chassis::VectorLayout,
+        /// Quantized codes searches walk by: none (the default) or int8 (one byte per
+        /// dimension beside each vector, trained once the file holds 1,000 vectors; every
+        /// returned distance stays exact). Files with codes have write version 6.
+        #[arg(long, value_parser = parse_codes, default_value = "none")]
+        codes: chassis::CodeKind,
     },
     /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
@@ -241,6 +246,9 @@ enum Command {
         /// format 3) or 4 (split halves). Default: keep the file's.
         #[arg(long, value_parser = parse_format)]
         format: Option<chassis::VectorLayout>,
+        /// Codes of the new file: none or int8. Default: keep the file's.
+        #[arg(long, value_parser = parse_codes)]
+        codes: Option<chassis::CodeKind>,
     },
     /// Copy the last committed state of an index to another file while its writer keeps
     /// working (an online backup); repeat into the same file to ship only what changed.
@@ -317,6 +325,11 @@ fn parse_format(s: &str) -> Result<chassis::VectorLayout, String> {
     }
 }
 
+fn parse_codes(s: &str) -> Result<chassis::CodeKind, String> {
+    chassis::CodeKind::parse(s)
+        .ok_or_else(|| format!("unknown codes '{s}' (none, the default, or int8)"))
+}
+
 fn parse_metric(s: &str) -> Result<Metric, String> {
     Metric::parse(s).ok_or_else(|| format!("unknown metric '{s}' (use cosine, l2 or ip)"))
 }
@@ -344,11 +357,13 @@ fn run(cli: Cli) -> Result<()> {
             m,
             ef_construction,
             format,
+            codes,
         } => {
             let opts = Options::new(dims, metric)
                 .m(m)
                 .ef_construction(ef_construction)
-                .vector_layout(format);
+                .vector_layout(format)
+                .codes(codes);
             Index::create(&path, opts)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             println!(
@@ -481,6 +496,7 @@ fn run(cli: Cli) -> Result<()> {
             ef_construction,
             threads,
             format,
+            codes,
         } => {
             let index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -493,6 +509,7 @@ fn run(cli: Cli) -> Result<()> {
                         ef_construction,
                         threads,
                         vector_layout: format,
+                        codes,
                     },
                     |done, _| bar.set_position(done as u64),
                 )

@@ -945,3 +945,55 @@ fn golden_files_through_the_command() {
         );
     }
 }
+
+#[test]
+fn codes_are_chosen_at_create_and_by_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("c.chassis");
+    let idx_s = idx.to_str().unwrap();
+    let base = data(1_500, 16);
+    let npy = dir.path().join("base.npy");
+    write_npy(&npy, &base);
+    ok(&[
+        "create", idx_s, "--dims", "16", "--metric", "l2", "--codes", "int8",
+    ]);
+    ok(&["import", idx_s, npy.to_str().unwrap()]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
+    assert_eq!(info["codes"], "int8");
+    assert_eq!(info["codes_trained"], true);
+    assert_eq!(info["write_version"], 6);
+    assert!(ok(&["info", idx_s]).contains("codes:         int8, trained"));
+    let q = dir.path().join("q.fvecs");
+    write_fvecs(&q, &[base[10].clone()]);
+    let out = ok(&[
+        "search",
+        idx_s,
+        "--query-file",
+        q.to_str().unwrap(),
+        "-k",
+        "3",
+        "--json",
+    ]);
+    let line: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(line["ids"][0], 10);
+    assert_eq!(line["distances"][0], 0.0, "exact distances, not the code's");
+    assert!(ok(&["check", idx_s]).contains("ok"));
+    ok(&["compact", idx_s, "--codes", "none"]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
+    assert_eq!(
+        (info["codes"].as_str(), info["write_version"].as_u64()),
+        (Some("none"), Some(4))
+    );
+    let out = chassis(&[
+        "create",
+        &format!("{idx_s}2"),
+        "--dims",
+        "4",
+        "--metric",
+        "l2",
+        "--codes",
+        "pq",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown codes 'pq'"));
+}

@@ -217,11 +217,20 @@ fn options_of(
     m: usize,
     ef_construction: usize,
     format: u32,
+    codes: &str,
 ) -> PyResult<Options> {
     Ok(Options::new(dims, metric_of(metric)?)
         .m(m)
         .ef_construction(ef_construction)
-        .vector_layout(layout_of(format)?))
+        .vector_layout(layout_of(format)?)
+        .codes(codes_of(codes)?))
+}
+
+/// The code kind a name means (`none`, `int8`).
+fn codes_of(codes: &str) -> PyResult<chassis::CodeKind> {
+    chassis::CodeKind::parse(codes).ok_or_else(|| {
+        InvalidArgumentError::new_err(format!("codes must be 'none' or 'int8', got {codes:?}"))
+    })
 }
 
 /// The file format a vector layout belongs to.
@@ -235,6 +244,7 @@ fn format_of(layout: VectorLayout) -> u32 {
 #[pymethods]
 impl RawIndex {
     #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
@@ -243,8 +253,9 @@ impl RawIndex {
         m: usize,
         ef_construction: usize,
         format: u32,
+        codes: &str,
     ) -> PyResult<RawIndex> {
-        let opts = options_of(dims, metric, m, ef_construction, format)?;
+        let opts = options_of(dims, metric, m, ef_construction, format, codes)?;
         let p = path.clone();
         let ix = py
             .allow_threads(|| Index::create(&p, opts))
@@ -498,8 +509,10 @@ impl RawIndex {
         ef_construction: Option<usize>,
         threads: usize,
         format: Option<u32>,
+        codes: Option<&str>,
     ) -> PyResult<()> {
         let vector_layout = format.map(layout_of).transpose()?;
+        let codes = codes.map(codes_of).transpose()?;
         py.allow_threads(|| {
             self.with_writer(|ix| {
                 ix.compact(CompactOptions {
@@ -507,6 +520,7 @@ impl RawIndex {
                     ef_construction,
                     threads,
                     vector_layout,
+                    codes,
                 })
                 .map(|_| ())
             })
@@ -641,6 +655,8 @@ impl RawIndex {
                 d.set_item("read_version", i.versions.0)?;
                 d.set_item("write_version", i.versions.1)?;
                 d.set_item("format", format_of(i.vector_layout))?;
+                d.set_item("codes", i.codes.name())?;
+                d.set_item("codes_trained", i.codes_trained)?;
                 d.set_item("metadata_bytes", i.metadata_bytes)?;
                 d.set_item("indexed_fields", i.indexed_fields)?;
             }
@@ -717,8 +733,9 @@ impl RawCollection {
         m: usize,
         ef_construction: usize,
         format: u32,
+        codes: &str,
     ) -> PyResult<RawCollection> {
-        let opts = options_of(dims, metric, m, ef_construction, format)?;
+        let opts = options_of(dims, metric, m, ef_construction, format, codes)?;
         let c = py
             .allow_threads(|| Collection::create(&path, opts, shards))
             .map_err(to_py)?;

@@ -191,6 +191,40 @@ def test_recall_against_numpy_brute_force(tmp_path):
         assert recall >= 0.95, (metric, recall)
 
 
+def test_int8_codes_walk_and_rank_exactly(tmp_path):
+    data = clustered(3000, 32, seed=5)
+    queries = clustered(50, 32, seed=6)
+    path = tmp_path / "codes.chassis"
+    ix = chassis.Index.create(path, dims=32, metric="l2", codes="int8")
+    info = ix.info()
+    assert info["codes"] == "int8" and not info["codes_trained"]
+    assert info["write_version"] == 6
+    ix.add(data, threads=1)
+    assert ix.info()["codes_trained"]
+    found, dist = ix.search(queries, k=10, ef=64)
+    d = ((queries[:, None, :] - data[None, :, :]) ** 2).sum(-1)
+    truth = np.argsort(d, axis=1)[:, :10]
+    recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
+    assert recall >= 0.95, recall
+    # Every returned distance is the exact one, not the code's.
+    exact = np.take_along_axis(d, found.astype(np.int64), axis=1)
+    np.testing.assert_allclose(dist, exact, rtol=1e-4, atol=1e-4)
+    ix.flush()
+    reader = chassis.Index.open(path, read_only=True)
+    f2, d2 = reader.search(queries, k=10, ef=64)
+    np.testing.assert_array_equal(f2, found)
+    reader.close()
+    ix.compact(codes="none")
+    assert ix.info()["codes"] == "none" and ix.info()["write_version"] == 4
+    ix.compact(codes="int8")
+    assert ix.info()["codes_trained"]
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.compact(codes="int4")
+    with pytest.raises(chassis.InvalidArgumentError):
+        chassis.Index.create(tmp_path / "bad.chassis", dims=4, codes="pq")
+    ix.close()
+
+
 def test_threads_search_while_another_adds(tmp_path):
     data = clustered(4000, 16)
     ix = chassis.Index.create(tmp_path / "t.chassis", dims=16, metric="l2")

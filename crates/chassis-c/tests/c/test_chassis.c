@@ -284,6 +284,34 @@ int main(int argc, char **argv) {
     CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 5, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
           "format 5 refused");
 
+    /* Int8 codes: chosen at create, trained at 1,000 vectors, exact distances, by compaction. */
+    {
+        enum { CN = 1200 };
+        static float crows[CN * DIMS];
+        for (int i = 0; i < CN; i++) vector(i + 7, crows + i * DIMS);
+        snprintf(path3, sizeof path3, "%s/codes.chassis", dir);
+        CHECK(chassis_create_codes(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 4, CHASSIS_CODES_INT8, &ix) ==
+                  CHASSIS_STATUS_OK,
+              "create with codes");
+        CHECK(chassis_add_batch(ix, crows, CN, DIMS, NULL, 2, NULL) == CHASSIS_STATUS_OK &&
+                  chassis_flush(ix) == CHASSIS_STATUS_OK,
+              "add with codes");
+        CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.write_version == 6 && info.read_version == 4,
+              "codes raise the write version: %u", info.write_version);
+        CHECK(chassis_search(ix, crows + 40 * DIMS, DIMS, 3, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
+                  found == 3 && ids[0] == 40 && dist[0] == 0.0f,
+              "a coded vector finds itself at exact distance 0");
+        CHECK(chassis_compact_codes(ix, 0, 0, CHASSIS_CODES_NONE) == CHASSIS_STATUS_OK &&
+                  chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.write_version == 4,
+              "compaction drops codes: write version %u", info.write_version);
+        CHECK(chassis_compact_codes(ix, 0, 0, 7) == CHASSIS_STATUS_INVALID_ARGUMENT, "unknown codes refused");
+        chassis_close(ix);
+        snprintf(path3, sizeof path3, "%s/codes2.chassis", dir);
+        CHECK(chassis_create_codes(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 4, 9, &ix) ==
+                  CHASSIS_STATUS_INVALID_ARGUMENT,
+              "codes 9 refused");
+    }
+
     /* Migration from an hnswlib file (the Rust tests' fixture: 600 x 16, ten deleted). */
     {
         char dst[4096];

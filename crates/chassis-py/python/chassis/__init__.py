@@ -222,6 +222,7 @@ class Index:
         M: int = 16,
         ef_construction: int = 200,
         format: int = 4,
+        codes: str = "none",
     ) -> "Index":
         """Create a new index file at ``path`` (which must not exist) and open it as the writer.
 
@@ -230,11 +231,16 @@ class Index:
         the life of the file. ``M`` is the neighbors per node (layer 0 keeps 2M);
         ``ef_construction`` the beam width while building. ``format`` 4 (the default) stores
         vectors as split halves, which searches walk faster; 3 stores plain f32 vectors, for
-        files that releases reading only format 3 must open.
+        files that releases reading only format 3 must open. ``codes="int8"`` keeps a one-byte
+        code per dimension beside each vector (trained once the file holds 1,000 vectors):
+        searches walk the graph by the codes, reading a quarter of the bytes, and rank what
+        they find by exact distance, so every returned distance stays exact. Files with codes
+        have write version 6.
         """
         return cls._wrap(
             _RawIndex.create(
-                str(path), int(dims), metric, int(M), int(ef_construction), int(format)
+                str(path), int(dims), metric, int(M), int(ef_construction), int(format),
+                str(codes),
             )
         )
 
@@ -400,14 +406,22 @@ class Index:
         ef_construction: int | None = None,
         threads: int = 0,
         format: int | None = None,
+        codes: str | None = None,
     ) -> None:
         """Rewrite the index into a new file with only its live vectors and a rebuilt graph,
         then rename it over the path: reclaims deleted vectors' space and is the only way to
         change ``M``. Flushes first; every id survives. Needs free space for a second copy.
         ``threads`` link the rebuilt graph as in ``add`` (0: one per CPU; 1: the same graph
-        on every run). ``format``: 3 or 4 for the new file (default: keep the file's).
-        Readers in other processes move to the new file by themselves."""
-        self._raw.compact(M, ef_construction, threads, None if format is None else int(format))
+        on every run). ``format``: 3 or 4 for the new file, ``codes``: ``"int8"`` or
+        ``"none"`` (default for both: keep the file's). Readers in other processes move to
+        the new file by themselves."""
+        self._raw.compact(
+            M,
+            ef_construction,
+            threads,
+            None if format is None else int(format),
+            None if codes is None else str(codes),
+        )
 
     def backup(self, dst) -> dict:
         """Copy the last committed state (the last ``flush``) to the file ``dst`` while
@@ -540,6 +554,7 @@ class Collection:
         M: int = 16,
         ef_construction: int = 200,
         format: int = 4,
+        codes: str = "none",
     ) -> "Collection":
         """Create a collection of ``shards`` empty shards in the directory ``path`` (created
         if missing; it must not hold a collection) and open it as the writer. The other
@@ -553,6 +568,7 @@ class Collection:
                 int(M),
                 int(ef_construction),
                 int(format),
+                str(codes),
             )
         )
 

@@ -36,6 +36,7 @@ class Index:
         M: int = 16,
         ef_construction: int = 200,
         format: int = 4,
+        codes: str = "none",
     ) -> "Index": ...
     @classmethod
     def open(cls, path: _Path, read_only: bool = False) -> "Index": ...
@@ -83,6 +84,7 @@ class Index:
         ef_construction: Optional[int] = None,
         threads: int = 0,
         format: Optional[int] = None,
+        codes: Optional[str] = None,
     ) -> None: ...
     def backup(self, dst: Union[str, PathLike]) -> dict: ...
     def backup_patch(self, staging: Union[str, PathLike], full: bool = False) -> Tuple[dict, bytes]: ...
@@ -109,6 +111,7 @@ class Collection:
         M: int = 16,
         ef_construction: int = 200,
         format: int = 4,
+        codes: str = "none",
     ) -> "Collection": ...
     @classmethod
     def open(cls, path: Union[str, PathLike], read_only: bool = False) -> "Collection": ...
