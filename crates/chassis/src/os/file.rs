@@ -128,12 +128,15 @@ impl Storage for FileStorage {
             usize::try_from(len).map_err(|_| Error::corrupt("region too large", offset))?;
         #[cfg(target_os = "linux")]
         if len_usize >= huge::PAGE {
-            let map = huge::map(&self.file, offset, len_usize, writable)?;
+            let fits = super::budget::fits_in_memory(file_len);
+            let map = huge::map(&self.file, offset, len_usize, writable, fits)?;
             let ptr = map.ptr;
             // SAFETY: `map` owns a live mapping of exactly `len_usize` bytes at a page-aligned
             // address, writable only if `writable`, and unmaps it only when dropped; the
             // Region keeps it alive.
-            return Ok(unsafe { Region::new(ptr, len_usize, writable, Arc::new(map)) });
+            let mut region = unsafe { Region::new(ptr, len_usize, writable, Arc::new(map)) };
+            region.set_huge_pages(fits);
+            return Ok(region);
         }
         let mut opts = memmap2::MmapOptions::new();
         opts.offset(offset).len(len_usize);
@@ -265,8 +268,16 @@ mod huge {
     }
 
     /// Maps `len` bytes of `file` at `offset` (both multiples of the base page size), shared,
-    /// at an address congruent to `offset` modulo [`PAGE`]; read-only ones are advised huge.
-    pub fn map(file: &File, offset: u64, len: usize, writable: bool) -> io::Result<Map> {
+    /// at an address congruent to `offset` modulo [`PAGE`]. Read-only ones are advised huge
+    /// when the file `fits` in memory; any mapping of a file that doesn't is advised random
+    /// (os/budget.rs says why).
+    pub fn map(
+        file: &File,
+        offset: u64,
+        len: usize,
+        writable: bool,
+        fits: bool,
+    ) -> io::Result<Map> {
         let reserve = len
             .checked_add(PAGE)
             .ok_or_else(|| io::Error::other("mapping too large"))?;
@@ -317,10 +328,17 @@ mod huge {
             let _ = unsafe { munmap(addr as *mut c_void, len) };
             return Err(e.into());
         }
-        if !writable {
-            // A hint: where the kernel has no huge pages for files, the mapping works as it is.
+        // Hints: where the kernel has no huge pages for files, the mapping works as it is.
+        let advice = if !fits {
+            Some(Advice::Random)
+        } else if !writable {
+            Some(Advice::LinuxHugepage)
+        } else {
+            None
+        };
+        if let Some(advice) = advice {
             // SAFETY: advising a range we mapped changes no contents.
-            let _ = unsafe { madvise(addr as *mut c_void, len, Advice::LinuxHugepage) };
+            let _ = unsafe { madvise(addr as *mut c_void, len, advice) };
         }
         Ok(Map {
             ptr: addr as *mut u8,

@@ -11,6 +11,7 @@
 //! valid; bytes are reached only through copies and atomics (never a `&mut [u8]` over shared
 //! memory), except [`Region::f32s`], whose callers promise the range is not being written.
 
+pub mod budget;
 mod file;
 mod mem;
 mod region;

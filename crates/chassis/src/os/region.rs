@@ -13,6 +13,9 @@ pub struct Region {
     ptr: *mut u8,
     len: usize,
     writable: bool,
+    /// [`Region::advise_huge`] may ask for huge pages (false for a file larger than the
+    /// memory budget: os/budget.rs).
+    huge_pages: bool,
     _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -45,8 +48,14 @@ impl Region {
             ptr,
             len,
             writable,
+            huge_pages: true,
             _keep: keep,
         }
+    }
+
+    /// Whether [`Region::advise_huge`] may ask for huge pages.
+    pub(crate) fn set_huge_pages(&mut self, allowed: bool) {
+        self.huge_pages = allowed;
     }
 
     /// Length in bytes.
@@ -61,10 +70,11 @@ impl Region {
     }
 
     /// Asks the kernel to back `off..off + len` with huge pages where it can (MADV_HUGEPAGE on
-    /// the whole 2 MiB pages inside the range, Linux only). A hint: contents never change.
+    /// the whole 2 MiB pages inside the range, Linux only), unless the file is too large for
+    /// memory (os/budget.rs). A hint: contents never change.
     pub fn advise_huge(&self, off: u64, len: u64) {
         #[cfg(target_os = "linux")]
-        {
+        if self.huge_pages {
             const HUGE: usize = 2 << 20;
             let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
                 return;
