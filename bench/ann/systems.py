@@ -1,4 +1,5 @@
-"""The four systems behind one small interface, with the same parameters for each.
+"""The systems behind one small interface, with the same parameters for each: Chassis (with
+and without int8 codes), hnswlib, FAISS and USearch (f32 and its own int8).
 
 Every adapter builds from a float32 matrix with M = 16 and ef_construction = 200, saves to one
 file, opens that file in another process, and searches with one thread at a given ef. Cosine
@@ -20,6 +21,7 @@ def _unit(x):
 class Chassis:
     name = "chassis"
     parallel_build = True  # a batch add links on several threads inside the one writer
+    codes = "none"
 
     def version(self):
         import importlib.metadata as md
@@ -30,7 +32,12 @@ class Chassis:
         import chassis
 
         ix = chassis.Index.create(
-            path, dims=base.shape[1], metric=metric, M=M, ef_construction=EF_CONSTRUCTION
+            path,
+            dims=base.shape[1],
+            metric=metric,
+            M=M,
+            ef_construction=EF_CONSTRUCTION,
+            codes=self.codes,
         )
         ix.add(base, threads=threads)
         ix.flush()
@@ -52,6 +59,13 @@ class Chassis:
 
     def files(self, path):
         return [path]
+
+
+class ChassisInt8(Chassis):
+    """Chassis with int8 codes: the walk reads one byte per dimension, the ranking f32."""
+
+    name = "chassis-int8"
+    codes = "int8"
 
 
 class Hnswlib:
@@ -148,6 +162,7 @@ class Faiss:
 class Usearch:
     name = "usearch"
     parallel_build = True
+    dtype = "f32"
 
     def version(self):
         import usearch
@@ -163,7 +178,7 @@ class Usearch:
         ix = Index(
             ndim=base.shape[1],
             metric=self._metric(metric),
-            dtype="f32",
+            dtype=self.dtype,
             connectivity=M,
             expansion_add=EF_CONSTRUCTION,
             expansion_search=64,
@@ -188,4 +203,14 @@ class Usearch:
         return [path]
 
 
-SYSTEMS = {s.name: s for s in [Chassis(), Hnswlib(), Faiss(), Usearch()]}
+class UsearchI8(Usearch):
+    """USearch with its own int8 quantization (vectors stored as i8, no f32 re-ranking)."""
+
+    name = "usearch-i8"
+    dtype = "i8"
+
+
+SYSTEMS = {
+    s.name: s
+    for s in [Chassis(), ChassisInt8(), Hnswlib(), Faiss(), Usearch(), UsearchI8()]
+}

@@ -351,22 +351,19 @@ pub unsafe extern "C" fn chassis_create_format(
     format: u32,
     out_index: *mut *mut chassis_index,
 ) -> chassis_status {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let path = unsafe { path_arg(path) }?;
-        let out_index = out(out_index, "out_index")?;
-        let mut opts = Options::new(dims, metric_of(metric)).vector_layout(layout_of(format)?);
-        if m != 0 {
-            opts = opts.m(m);
-        }
-        if ef_construction != 0 {
-            opts = opts.ef_construction(ef_construction);
-        }
-        let ix = Index::create(path, opts)?;
-        // SAFETY: `out_index` came through `out` (non-null) and is writable per the contract.
-        unsafe { hand_out(ix, out_index) };
-        Ok(())
-    })
+    // SAFETY: the same contract.
+    unsafe {
+        chassis_create_codes(
+            path,
+            dims,
+            metric,
+            m,
+            ef_construction,
+            format,
+            CHASSIS_CODES_NONE,
+            out_index,
+        )
+    }
 }
 
 /// [`chassis_create_format`] with quantized codes: `CHASSIS_CODES_INT8` keeps a one-byte code
@@ -659,18 +656,8 @@ pub unsafe extern "C" fn chassis_compact(
     m: usize,
     ef_construction: usize,
 ) -> chassis_status {
-    guard(|| {
-        // SAFETY: a live handle per the contract.
-        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
-        write(ix).compact(CompactOptions {
-            m: (m != 0).then_some(m),
-            ef_construction: (ef_construction != 0).then_some(ef_construction),
-            threads: 0,
-            vector_layout: None,
-            codes: None,
-        })?;
-        Ok(())
-    })
+    // SAFETY: the same contract.
+    unsafe { chassis_compact_codes(index, m, ef_construction, CHASSIS_CODES_KEEP) }
 }
 
 /// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` adds codes
