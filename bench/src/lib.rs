@@ -118,3 +118,23 @@ pub fn bootstrap_mean(xs: &[f64], rounds: usize, seed: u64) -> (f64, f64, f64) {
     let hi = means[((rounds as f64 * 0.975) as usize).min(rounds - 1)];
     (mean, lo, hi)
 }
+
+/// Advises the whole 2 MiB pages inside `v`'s allocation `MADV_HUGEPAGE`, as the reader maps
+/// its segments, so a control array in memory compares with a file mapped in huge folios.
+pub fn advise_huge<T>(v: &Vec<T>) {
+    const HUGE: usize = 2 << 20;
+    let start = v.as_ptr() as usize;
+    let end = start + v.capacity() * std::mem::size_of::<T>();
+    let (first, last) = (start.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
+    if last > first {
+        // SAFETY: `first..last` lies inside the Vec's own allocation; advice changes no
+        // contents.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                first as *mut std::ffi::c_void,
+                last - first,
+                rustix::mm::Advice::LinuxHugepage,
+            )
+        };
+    }
+}

@@ -2,9 +2,11 @@
 //! are in `bench/ann`'s filtered mode): recall@10 and QPS per filter kind, how each query was
 //! answered (scan, graph, graph then scan), and the time to build the filter index. Also the
 //! filter-index build at 1,000,000 vectors with three indexed fields (synthetic, 4-d vectors).
+//! `--codes` builds (and searches) the file with int8 codes: filtered searches walk and scan by
+//! the codes and rank exactly.
 //!
 //! ```text
-//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3]
+//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3] [--codes]
 //! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- --index-build 1000000
 //! ```
 
@@ -14,7 +16,7 @@ use std::time::Instant;
 
 use chassis::filter::search::Strategy;
 use chassis::format::metadata::{parse_json, Metadata, Value};
-use chassis::{Filter, Index, IndexReader, Metric, Options};
+use chassis::{CodeKind, Filter, Index, IndexReader, Metric, Options};
 use chassis_bench::{pypi_minilm, read_fvecs, read_ivecs};
 
 fn arg(name: &str, default: usize) -> usize {
@@ -154,11 +156,17 @@ fn main() {
     let truth = read_ivecs(&dir.join("pypi-minilm_filtered_groundtruth.ivecs"));
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/filtered");
     std::fs::create_dir_all(&out).expect("out dir");
-    let path = out.join("pypi-minilm-attrs.chassis");
+    let codes = if flag("--codes") {
+        CodeKind::Int8
+    } else {
+        CodeKind::None
+    };
+    let path = out.join(format!("pypi-minilm-attrs-{}.chassis", codes.name()));
     if !path.exists() || !flag("--reuse") {
         let _ = std::fs::remove_file(&path);
         let t = Instant::now();
-        let ix = Index::create(&path, Options::new(base.dims, Metric::Cosine)).expect("create");
+        let opts = Options::new(base.dims, Metric::Cosine).codes(codes);
+        let ix = Index::create(&path, opts).expect("create");
         ix.add_batch_with_metadata(None, &base.data, &attrs, 0)
             .expect("add");
         ix.flush().expect("flush");

@@ -60,6 +60,7 @@ fn main() -> chassis::Result<()> {
             seed: 1,
             geometry: Geometry::for_layout(dims, m, max_layers),
             layout: chassis::VectorLayout::default(),
+            codes: chassis::CodeKind::None,
         };
         let mut store = Store::create(storage, &new)?;
         for slot in 0..slots {

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use chassis::graph::{self, Distance, GraphStore, Scratch, VectorRef};
 use chassis::{Index, IndexReader, Metric, Options};
-use chassis_bench::{pypi_minilm, read_fvecs};
+use chassis_bench::{advise_huge, pypi_minilm, read_fvecs};
 
 const EFS: [usize; 7] = [10, 16, 32, 64, 128, 256, 512];
 
@@ -77,24 +77,6 @@ impl GraphStore for Flat {
 }
 
 /// Asks for huge pages under a fresh allocation (before anything touches it).
-fn advise_huge<T>(v: &Vec<T>) {
-    const HUGE: usize = 2 << 20;
-    let start = v.as_ptr() as usize;
-    let end = start + v.capacity() * std::mem::size_of::<T>();
-    let (first, last) = (start.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
-    if last > first {
-        // SAFETY: `first..last` lies inside the Vec's own allocation; advice changes no
-        // contents.
-        let _ = unsafe {
-            rustix::mm::madvise(
-                first as *mut std::ffi::c_void,
-                last - first,
-                rustix::mm::Advice::LinuxHugepage,
-            )
-        };
-    }
-}
-
 fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
     let n = g.routing_count();
     let mut f = Flat {
@@ -126,6 +108,7 @@ fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
         match g.vector(s).expect("a committed vector") {
             VectorRef::F32(v) => f.vectors.extend_from_slice(v),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => f.halves.extend_from_slice(h),
+            VectorRef::Code(..) => unreachable!("this harness builds files without codes"),
         }
         let l0 = g.level0(s).expect("a committed record");
         f.level0

@@ -1,0 +1,240 @@
+"""Larger than memory: one search process whose memory, page cache included, is capped at a
+fraction of the Chassis file's size (a cgroup v1 memory limit), against the same search
+without the cap.
+
+    sudo bench/.venv/bin/python bench/ann/larger_than_memory.py            # 2,000,000 x 384
+    sudo bench/.venv/bin/python bench/ann/larger_than_memory.py --n 200000 # a smoke run
+
+Needs root (it makes /sys/fs/cgroup/memory/chassis-ltm and drops the file from the page
+cache) and cgroup v1's memory controller. What it does:
+
+1. data: N x 384 synthetic vectors (data.synthetic, intrinsic dimension 32, cosine) and 1,000
+   queries with their exact 10 nearest, cached under bench/target/ann/data/synth-<N>-384/;
+2. build: each system's file from those vectors with the harness's parameters (M 16,
+   ef_construction 200), 2 threads, kept under bench/target/ann/ltm/ for the next run;
+3. for each system, two fresh processes, one after the other: "uncapped" (the machine's memory,
+   the file read once into the page cache first) and "capped" (a cgroup whose
+   memory.limit_in_bytes is a quarter of the Chassis file, page cache included, the file
+   evicted from the page cache before it starts). Each opens the file, runs the queries once
+   at the largest ef as a warm-up, then each ef of the sweep `--reps` times, one thread, one
+   batch call per pass; the median QPS and recall@10 are reported, with the process's major
+   page faults and the cgroup's peak usage. A process the kernel kills for memory is reported
+   as such (hnswlib and FAISS read the whole index into memory; they can't open it under
+   the cap).
+
+The cgroup is set up by hand as:
+    mkdir /sys/fs/cgroup/memory/chassis-ltm
+    echo $((FILE_BYTES / 4)) > /sys/fs/cgroup/memory/chassis-ltm/memory.limit_in_bytes
+    echo $PID > /sys/fs/cgroup/memory/chassis-ltm/cgroup.procs   # before the process opens
+Results go to bench/target/ann/ltm/results-<N>-<fraction>.json and are printed.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import data  # noqa: E402
+from systems import SYSTEMS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "target" / "ann" / "ltm"
+CGROUP = Path("/sys/fs/cgroup/memory/chassis-ltm")
+DIMS = 384
+INTRINSIC = 32
+K = 10
+
+
+def dataset(n):
+    cache = data.CACHE / f"synth-{n}-{DIMS}"
+    if (cache / "gt.npy").exists():
+        return cache
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"== data: {n:,} x {DIMS} synthetic (intrinsic {INTRINSIC}), exact ground truth")
+    base, queries = data.synthetic(n, DIMS, INTRINSIC, seed=DIMS + n)
+    np.save(cache / "base.npy", base)
+    np.save(cache / "queries.npy", queries)
+    gt = data.exact_neighbors(base, queries, "cosine", k=K)
+    np.save(cache / "gt.npy", gt)
+    return cache
+
+
+def recall(ids, gt):
+    hits = sum(len(set(map(int, r[:K])) & set(map(int, g[:K]))) for r, g in zip(ids, gt))
+    return hits / (len(gt) * K)
+
+
+def child(a):
+    """One search process: prints one JSON line."""
+    cache = Path(a.cache)
+    queries = np.load(cache / "queries.npy")
+    gt = np.load(cache / "gt.npy")
+    sysm = SYSTEMS[a.system]
+    t0 = time.perf_counter()
+    h = sysm.open(a.path, "cosine", DIMS)
+    open_s = time.perf_counter() - t0
+    efs = [int(e) for e in a.efs.split(",")]
+    t0 = time.perf_counter()
+    sysm.search(h, queries, K, max(efs))  # warm-up
+    warm_s = time.perf_counter() - t0
+    rows = []
+    for ef in efs:
+        qps, rec = [], None
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            ids = sysm.search(h, queries, K, ef)
+            qps.append(len(queries) / (time.perf_counter() - t0))
+            rec = recall(ids, gt)
+        rows.append({"ef": ef, "qps": float(np.median(qps)), "recall": rec})
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        json.dumps(
+            {
+                "open_s": open_s,
+                "warmup_s": warm_s,
+                "rows": rows,
+                "major_faults": ru.ru_majflt,
+                "max_rss_mib": ru.ru_maxrss / 1024,
+            }
+        ),
+        flush=True,
+    )
+
+
+def evict(path):
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    # Pages another process mapped may survive fadvise; drop every clean cached page.
+    Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
+def warm(path):
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def run_child(a, system, path, cache, capped, limit):
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--system",
+        system,
+        "--path",
+        str(path),
+        "--cache",
+        str(cache),
+        "--efs",
+        a.efs,
+        "--reps",
+        str(a.reps),
+    ]
+    pre = None
+    if capped:
+        if not CGROUP.exists():
+            CGROUP.mkdir()
+        # Reset the peak and the limit; no swap on these machines, so memory.limit is all.
+        (CGROUP / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (CGROUP / "memory.max_usage_in_bytes").write_text("0\n")
+        (CGROUP / "memory.failcnt").write_text("0\n")
+
+        def pre():
+            (CGROUP / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+        evict(path)
+    else:
+        warm(path)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, preexec_fn=pre, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    out = {"system": system, "capped": capped, "limit_bytes": limit if capped else None}
+    if capped:
+        out["peak_bytes"] = int((CGROUP / "memory.max_usage_in_bytes").read_text())
+        out["failcnt"] = int((CGROUP / "memory.failcnt").read_text())
+    if p.returncode != 0:
+        out["failed"] = (
+            f"exit {p.returncode}" + (" (killed: out of memory)" if p.returncode == -9 else "")
+        )
+        out["stderr"] = p.stderr[-2000:]
+        return out
+    out.update(json.loads(p.stdout.strip().splitlines()[-1]))
+    out["wall_s"] = wall
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--n", type=int, default=2_000_000)
+    ap.add_argument("--systems", default="chassis-int8,hnswlib")
+    ap.add_argument("--efs", default="128,256,384,512,768")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fraction", type=float, default=0.25, help="cap / Chassis file size")
+    ap.add_argument("--threads", type=int, default=2, help="build threads")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--system", help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--cache", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+    if os.geteuid() != 0:
+        raise SystemExit("larger_than_memory: needs root (a cgroup and drop_caches)")
+    cache = dataset(a.n)
+    OUT.mkdir(parents=True, exist_ok=True)
+    systems = a.systems.split(",")
+    paths = {}
+    for s in systems:
+        path = OUT / f"{s}-{a.n}.idx"
+        paths[s] = path
+        if not path.exists():
+            base = np.load(cache / "base.npy", mmap_mode="r")
+            print(f"== build {s} ({a.threads} threads)", flush=True)
+            t0 = time.perf_counter()
+            SYSTEMS[s].build(str(path), np.ascontiguousarray(base), "cosine", a.threads)
+            print(f"   {time.perf_counter() - t0:.0f} s, {path.stat().st_size / 2**30:.2f} GiB")
+            del base
+    # The cap is a fraction of the Chassis file with codes, whichever systems run.
+    ref = OUT / f"chassis-int8-{a.n}.idx"
+    if not ref.exists():
+        ref = paths[systems[0]]
+    limit = int(ref.stat().st_size * a.fraction)
+    results = []
+    for s in systems:
+        for capped in (False, True):
+            print(f"== {s} {'capped' if capped else 'uncapped'}", flush=True)
+            r = run_child(a, s, paths[s], cache, capped, limit)
+            r["file_bytes"] = paths[s].stat().st_size
+            results.append(r)
+            if "failed" in r:
+                print(f"   failed: {r['failed']}")
+            else:
+                for row in r["rows"]:
+                    print(f"   ef {row['ef']:4d}  recall {row['recall']:.3f}  QPS {row['qps']:,.0f}")
+                print(f"   major faults {r['major_faults']:,}, warm-up {r['warmup_s']:.1f} s")
+    meta = {
+        "n": a.n,
+        "dims": DIMS,
+        "limit_bytes": limit,
+        "fraction": a.fraction,
+        "reference_file": str(ref.name),
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
+    (OUT / f"results-{a.n}-{a.fraction}.json").write_text(json.dumps(meta, indent=1))
+    print(f"cap: {limit / 2**30:.2f} GiB = {a.fraction} x {ref.name}")
+
+
+if __name__ == "__main__":
+    main()
