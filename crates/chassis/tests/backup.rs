@@ -541,3 +541,55 @@ fn a_crash_while_replaying_a_patch_leaves_the_previous_state_or_the_new_one() {
     assert!(images >= 12);
     assert_eq!(repaired_state(&replica.current_image()).unwrap().0, b);
 }
+
+/// Codes travel with backups and patches: a backup taken before the codebook is trained, then
+/// incremental ones across the flush that trains it (the codebook region and every slot's
+/// code shipped with it) and after it, each a file whose codes `check` finds consistent with
+/// its vectors and whose searches, walked by the copied codes, answer as the source's.
+#[test]
+fn backups_and_patches_carry_codes_across_their_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let far = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.chassis");
+    let dst = dir.path().join("dst.chassis");
+    let staging = dir.path().join("staging.chassis");
+    let replica = far.path().join("replica.chassis");
+    let data = clustered(1_660, 16, 8, 12);
+    let opts = Options::new(16, Metric::Cosine)
+        .m(8)
+        .codes(chassis::CodeKind::Int8);
+    let ix = Index::create(&src, opts).unwrap();
+    for (round, (from, to)) in [(0, 600), (600, 1_200), (1_200, 1_600)]
+        .into_iter()
+        .enumerate()
+    {
+        add_rows(&ix, &data[from..to], from);
+        for id in (from as u64..to as u64).step_by(53) {
+            ix.delete(id).unwrap();
+        }
+        ix.flush().unwrap();
+        assert_eq!(ix.info().unwrap().codes_trained, to >= 1_000);
+        let report = ix.backup(&dst).unwrap();
+        assert_eq!(report.full_copy, round == 0);
+        let (_, patch) = ix.backup_patch(&staging, false).unwrap();
+        apply_patch(&replica, &patch).unwrap();
+        for path in [&dst, &replica] {
+            let copy = IndexReader::open(path).unwrap();
+            assert_eq!(state_of_reader(&copy), state_of_index(&ix));
+            for q in &data[1_600..] {
+                assert_eq!(
+                    copy.search(q, 10, 64).unwrap(),
+                    ix.search(q, 10, 64).unwrap()
+                );
+            }
+            drop(copy);
+            let info = Index::open_read_only(path).unwrap().info().unwrap();
+            assert_eq!(
+                (info.codes, info.codes_trained),
+                (chassis::CodeKind::Int8, to >= 1_000),
+                "round {round}"
+            );
+            assert_clean(path);
+        }
+    }
+}
