@@ -49,6 +49,7 @@ fn read_budget() -> u64 {
     u64::MAX
 }
 
+#[cfg(any(target_os = "linux", test))]
 /// MemTotal from /proc/meminfo's text, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -56,6 +57,7 @@ fn mem_total(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+#[cfg(any(target_os = "linux", test))]
 /// The limit files to read for each memory cgroup in /proc/self/cgroup's text: (mount root,
 /// file name, cgroup path). v2's line is `0::/path`; v1's names `memory` among its
 /// controllers.
@@ -80,6 +82,7 @@ fn limit_files(cgroups: &str) -> Vec<(&'static str, &'static str, String)> {
     out
 }
 
+#[cfg(any(target_os = "linux", test))]
 /// A limit file's value: a number of bytes, or none ("max", or v1's huge "unlimited").
 fn limit(text: &str) -> Option<u64> {
     let n: u64 = text.trim().parse().ok()?;

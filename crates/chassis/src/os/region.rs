@@ -15,6 +15,7 @@ pub struct Region {
     writable: bool,
     /// [`Region::advise_huge`] may ask for huge pages (false for a file larger than the
     /// memory budget: os/budget.rs).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     huge_pages: bool,
     _keep: Arc<dyn Any + Send + Sync>,
 }
@@ -53,7 +54,9 @@ impl Region {
         }
     }
 
-    /// Whether [`Region::advise_huge`] may ask for huge pages.
+    /// Whether [`Region::advise_huge`] may ask for huge pages (Linux only: elsewhere there is
+    /// no advice to give).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn set_huge_pages(&mut self, allowed: bool) {
         self.huge_pages = allowed;
     }
