@@ -16,6 +16,11 @@
 //!   before it was mapped; slot and heap accessors return `None` rather than read outside.
 
 mod backup;
+mod coded;
+mod headers;
+
+use headers::is_unborn;
+pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
 pub use backup::{
     closed_cleanly_at, replay, stamped_sequence, sync_state, Recorder, SyncOutcome, SyncReport,
@@ -179,15 +184,6 @@ pub struct NewFile {
     pub codes: CodeKind,
 }
 
-/// The two header copies as found, for inspection tools.
-#[derive(Debug)]
-pub struct HeaderCopies {
-    /// Copy A, decoded or why not.
-    pub a: Result<Header>,
-    /// Copy B, decoded or why not.
-    pub b: Result<Header>,
-}
-
 /// Says what a failed allocation means when the disk is full.
 fn no_space(e: Error) -> Error {
     match e {
@@ -202,14 +198,6 @@ fn no_space(e: Error) -> Error {
         }
         e => e,
     }
-}
-
-fn read_copy(storage: &dyn Storage, len: u64, copy: usize) -> Result<Vec<u8>> {
-    let off = format::header_offset(copy);
-    let n = len.saturating_sub(off).min(format::HEADER_COPY_BYTES);
-    let mut buf = vec![0u8; n as usize];
-    storage.read_at(off, &mut buf)?;
-    Ok(buf)
 }
 
 /// The metadata document of vector `id` at heap reference `r` in `chunks` (0: the empty
@@ -246,47 +234,6 @@ pub(crate) fn read_metadata<'a>(
     let len = metadata::entry_len(head, size - o - metadata::ENTRY_HEAD_BYTES, at)?;
     let doc = chunk.region.bytes(o + metadata::ENTRY_HEAD_BYTES, len)?;
     metadata::check_entry(head, doc, id, at)
-}
-
-/// Reads and decodes both header copies without choosing.
-pub fn read_header_copies(storage: &dyn Storage) -> Result<HeaderCopies> {
-    let len = storage.len()?;
-    let a = read_copy(storage, len, 0)?;
-    let b = read_copy(storage, len, 1)?;
-    Ok(HeaderCopies {
-        a: Header::decode(&a, format::HEADER_A_OFFSET),
-        b: Header::decode(&b, format::HEADER_B_OFFSET),
-    })
-}
-
-/// Whether a file may be (re)initialised by create (decision 7, creation in place): it is
-/// empty, or it is exactly the fixed area's size with both header copies invalid (neither too
-/// new) and a zero live page, which only an interrupted creation leaves. Anything else with
-/// both copies invalid is corrupt and is never reinitialised.
-fn is_unborn(storage: &dyn Storage) -> Result<bool> {
-    let len = storage.len()?;
-    if len == 0 {
-        return Ok(true);
-    }
-    if len != DATA_START {
-        return Ok(false);
-    }
-    match read_current_header(storage) {
-        Ok(_) | Err(Error::TooNew { .. }) => return Ok(false),
-        Err(_) => {}
-    }
-    let mut live = vec![0u8; format::LIVE_PAGE_BYTES as usize];
-    storage.read_at(format::LIVE_PAGE_OFFSET, &mut live)?;
-    Ok(live.iter().all(|&b| b == 0))
-}
-
-/// Reads both header copies and chooses the current one (decision 4), without mapping
-/// anything: the newest valid header and which copy (0 = A, 1 = B) holds it.
-pub fn read_current_header(storage: &dyn Storage) -> Result<(Header, usize)> {
-    let len = storage.len()?;
-    let a = read_copy(storage, len, 0)?;
-    let b = read_copy(storage, len, 1)?;
-    header::choose(&a, &b)
 }
 
 /// The mapped regions of one file and how to address a slot in them: what a search reads.
@@ -392,43 +339,6 @@ impl Regions {
     /// How this file stores vectors.
     pub fn layout(&self) -> VectorLayout {
         self.layout
-    }
-
-    /// The file's code kind (whether or not its codebook is trained yet).
-    pub fn code_kind(&self) -> CodeKind {
-        self.codes
-    }
-
-    /// The trained codebook, if any.
-    pub fn codebook(&self) -> Option<&Arc<Codebook>> {
-        self.codebook.as_ref()
-    }
-
-    /// The code of `slot` as a search walks by it, once the codebook is trained.
-    #[inline]
-    pub fn code(&self, slot: u32) -> Option<VectorRef<'_>> {
-        let book = self.codebook.as_deref()?;
-        let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.codes_at + off * seg.layout.code_bytes;
-        seg.region
-            .bytes(at, self.dims as usize)
-            .ok()
-            .map(|c| VectorRef::Code(c, book))
-    }
-
-    /// The aux record of `slot`: its code's error bound ε and its vector's norm.
-    #[inline]
-    pub fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
-        self.codebook.as_ref()?;
-        let (seg, off) = self.slot_place(slot)?;
-        let w = seg
-            .region
-            .u32_words(seg.layout.aux_at + off * codes::AUX_BYTES, 2)
-            .ok()?;
-        Some((
-            f32::from_bits(w[0].load(Ordering::Relaxed)),
-            f32::from_bits(w[1].load(Ordering::Relaxed)),
-        ))
     }
 
     /// Level-0 neighbor words of `slot`.
@@ -539,38 +449,6 @@ impl Regions {
             .ok()
             .map(|w| w.load(Ordering::Relaxed))
     }
-}
-
-/// Writes the aux records and codes of the vectors `vectors` (whole vectors, slots from `off`
-/// on in `seg`), one write per array.
-fn write_codes(
-    storage: &dyn Storage,
-    seg: &Segment,
-    off: u64,
-    book: &Codebook,
-    vectors: &[f32],
-) -> Result<()> {
-    let d = book.dims();
-    let cb = seg.layout.code_bytes as usize;
-    if cb == 0 || d == 0 {
-        return Ok(());
-    }
-    let n = vectors.len() / d;
-    let mut aux = vec![0u8; n * codes::AUX_BYTES as usize];
-    let mut code = vec![0u8; n * cb];
-    for ((v, a), c) in vectors
-        .chunks_exact(d)
-        .zip(aux.chunks_exact_mut(codes::AUX_BYTES as usize))
-        .zip(code.chunks_exact_mut(cb))
-    {
-        let (eps, norm) = book.encode(v, c);
-        a.copy_from_slice(&codes::encode_aux(eps, norm));
-    }
-    storage.write_at(
-        seg.offset + seg.layout.aux_at + off * codes::AUX_BYTES,
-        &aux,
-    )?;
-    storage.write_at(seg.offset + seg.layout.codes_at + off * cb as u64, &code)
 }
 
 /// A store reads through its current regions.
@@ -910,15 +788,7 @@ impl Store {
             self.upper_allocated.push(done);
         }
         self.map_metadata_chunks(len)?;
-        if self.header.codebook != 0 {
-            let off = self.header.codebook;
-            let bytes = codes::codebook_bytes(self.dims);
-            let at = format::header_offset(self.header_copy) + header::at::CODEBOOK as u64;
-            table::check_region(off, bytes, len, at)?;
-            let mut b = vec![0u8; bytes as usize];
-            self.storage.read_at(off, &mut b)?;
-            self.regions.codebook = Some(Arc::new(Codebook::decode(&b, self.dims, off)?));
-        }
+        self.load_codebook(len)?;
         let next = self.header.upper_heap_next;
         let (chunk, off) = record::split_heap_ref(next);
         let ok = if self.upper_chunks.is_empty() {
@@ -1349,71 +1219,12 @@ impl Store {
                 &bytes,
             )?;
             if let Some(book) = &self.regions.codebook {
-                write_codes(&*self.storage, seg, off, book, now)?;
+                coded::write_codes(&*self.storage, seg, off, book, now)?;
             }
             slot += n as u32;
             rest = later;
         }
         Ok(())
-    }
-
-    /// Trains the codebook from the vectors of slots `0..count` (up to
-    /// [`codes::TRAIN_SAMPLE`] of them, evenly spaced), writes it to a new region and the codes
-    /// of those slots; every vector written after this gets its code with it. The next commit
-    /// names the codebook in the header; until then readers of the file walk by vectors. A
-    /// file without codes, or one whose codebook is already trained, is left alone.
-    pub fn train_codes(&mut self, count: u32) -> Result<()> {
-        self.require_writable()?;
-        if self.codes == CodeKind::None || self.regions.codebook.is_some() || count == 0 {
-            return Ok(());
-        }
-        let d = self.dims as usize;
-        let step = (u64::from(count) / codes::TRAIN_SAMPLE).max(1) as usize;
-        let mut buf = Vec::new();
-        let sample: Vec<Vec<f32>> = (0..count)
-            .step_by(step)
-            .filter_map(|s| {
-                self.regions.vector(s).map(|v| {
-                    v.decode_into(&mut buf);
-                    buf.clone()
-                })
-            })
-            .collect();
-        let book = Codebook::train(d, sample.iter().map(|v| v.as_slice()));
-        let bytes = book.encode_region();
-        let (offset, _region) = self.append_region(bytes.len() as u64)?;
-        self.storage
-            .allocate(offset, bytes.len() as u64)
-            .map_err(no_space)?;
-        self.storage.write_at(offset, &bytes)?;
-        let book = Arc::new(book);
-        let mut first = 0u32;
-        while first < count {
-            let (seg, off) = self
-                .slot_place(first)
-                .ok_or_else(|| Error::corrupt(format!("slot {first} has no segment"), 0))?;
-            let n = (seg.layout.slots - off).min(u64::from(count - first)) as u32;
-            let mut vectors = Vec::with_capacity(n as usize * d);
-            for s in first..first + n {
-                match self.regions.vector(s) {
-                    Some(v) => {
-                        v.decode_into(&mut buf);
-                        vectors.extend_from_slice(&buf);
-                    }
-                    None => vectors.resize(vectors.len() + d, 0.0),
-                }
-            }
-            write_codes(&*self.storage, seg, off, &book, &vectors)?;
-            first += n;
-        }
-        self.codebook_offset = offset;
-        self.regions.codebook = Some(book);
-        Ok(())
-    }
-
-    /// File offset of the codebook the next commit names (0: none yet).
-    pub fn codebook_offset(&self) -> u64 {
-        self.codebook_offset
     }
 
     /// Writes `epoch` into `slot`'s deleted-epoch field.

@@ -1,0 +1,160 @@
+//! The storage side of int8 codes (docs/FORMAT.md, "Codes"): reading a slot's code and aux
+//! record, writing them beside the vectors, and training the codebook once.
+//!
+//! Invariant: codes are read only once a codebook is loaded, which happens only for a header
+//! that names it (or right after training, in the writer that trained it); so codes written
+//! before the commit that names their codebook are never read by anyone, and a crash before
+//! that commit leaves a file that walks by vectors and trains again.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{no_space, Regions, Segment, Store};
+use crate::error::{Error, Result};
+use crate::format::codes::{self, CodeKind, Codebook};
+use crate::format::vector::VectorRef;
+use crate::format::{self, header, table};
+use crate::os::Storage;
+
+impl Regions {
+    /// The file's code kind (whether or not its codebook is trained yet).
+    pub fn code_kind(&self) -> CodeKind {
+        self.codes
+    }
+
+    /// The trained codebook, if any.
+    pub fn codebook(&self) -> Option<&Arc<Codebook>> {
+        self.codebook.as_ref()
+    }
+
+    /// The code of `slot` as a search walks by it, once the codebook is trained.
+    #[inline]
+    pub fn code(&self, slot: u32) -> Option<VectorRef<'_>> {
+        let book = self.codebook.as_deref()?;
+        let (seg, off) = self.slot_place(slot)?;
+        let at = seg.layout.codes_at + off * seg.layout.code_bytes;
+        seg.region
+            .bytes(at, self.dims as usize)
+            .ok()
+            .map(|c| VectorRef::Code(c, book))
+    }
+
+    /// The aux record of `slot`: its code's error bound ε and its vector's norm.
+    #[inline]
+    pub fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+        self.codebook.as_ref()?;
+        let (seg, off) = self.slot_place(slot)?;
+        let w = seg
+            .region
+            .u32_words(seg.layout.aux_at + off * codes::AUX_BYTES, 2)
+            .ok()?;
+        Some((
+            f32::from_bits(w[0].load(Ordering::Relaxed)),
+            f32::from_bits(w[1].load(Ordering::Relaxed)),
+        ))
+    }
+}
+
+/// Writes the aux records and codes of the vectors `vectors` (whole vectors, slots from `off`
+/// on in `seg`), one write per array.
+pub(super) fn write_codes(
+    storage: &dyn Storage,
+    seg: &Segment,
+    off: u64,
+    book: &Codebook,
+    vectors: &[f32],
+) -> Result<()> {
+    let d = book.dims();
+    let cb = seg.layout.code_bytes as usize;
+    if cb == 0 || d == 0 {
+        return Ok(());
+    }
+    let n = vectors.len() / d;
+    let mut aux = vec![0u8; n * codes::AUX_BYTES as usize];
+    let mut code = vec![0u8; n * cb];
+    for ((v, a), c) in vectors
+        .chunks_exact(d)
+        .zip(aux.chunks_exact_mut(codes::AUX_BYTES as usize))
+        .zip(code.chunks_exact_mut(cb))
+    {
+        let (eps, norm) = book.encode(v, c);
+        a.copy_from_slice(&codes::encode_aux(eps, norm));
+    }
+    storage.write_at(
+        seg.offset + seg.layout.aux_at + off * codes::AUX_BYTES,
+        &aux,
+    )?;
+    storage.write_at(seg.offset + seg.layout.codes_at + off * cb as u64, &code)
+}
+
+impl Store {
+    /// Reads and checks the codebook the current header names, if any (a file `len` bytes
+    /// long): from here on searches walk by codes.
+    pub(super) fn load_codebook(&mut self, len: u64) -> Result<()> {
+        if self.header.codebook == 0 {
+            return Ok(());
+        }
+        let off = self.header.codebook;
+        let bytes = codes::codebook_bytes(self.dims);
+        let at = format::header_offset(self.header_copy) + header::at::CODEBOOK as u64;
+        table::check_region(off, bytes, len, at)?;
+        let mut b = vec![0u8; bytes as usize];
+        self.storage.read_at(off, &mut b)?;
+        self.regions.codebook = Some(Arc::new(Codebook::decode(&b, self.dims, off)?));
+        Ok(())
+    }
+
+    /// Trains the codebook from the vectors of slots `0..count` (up to
+    /// [`codes::TRAIN_SAMPLE`] of them, evenly spaced), writes it to a new region and the codes
+    /// of those slots; every vector written after this gets its code with it. The next commit
+    /// names the codebook in the header; until then readers of the file walk by vectors. A
+    /// file without codes, or one whose codebook is already trained, is left alone.
+    pub fn train_codes(&mut self, count: u32) -> Result<()> {
+        self.require_writable()?;
+        if self.codes == CodeKind::None || self.regions.codebook.is_some() || count == 0 {
+            return Ok(());
+        }
+        let d = self.dims as usize;
+        let step = (u64::from(count) / codes::TRAIN_SAMPLE).max(1) as usize;
+        let sample: Vec<Vec<f32>> = (0..count)
+            .step_by(step)
+            .filter_map(|s| self.regions.vector(s).map(|v| v.to_vec()))
+            .collect();
+        let book = Codebook::train(d, sample.iter().map(|v| v.as_slice()));
+        let bytes = book.encode_region();
+        let (offset, _region) = self.append_region(bytes.len() as u64)?;
+        self.storage
+            .allocate(offset, bytes.len() as u64)
+            .map_err(no_space)?;
+        self.storage.write_at(offset, &bytes)?;
+        let book = Arc::new(book);
+        let mut buf = Vec::new();
+        let mut first = 0u32;
+        while first < count {
+            let (seg, off) = self
+                .slot_place(first)
+                .ok_or_else(|| Error::corrupt(format!("slot {first} has no segment"), 0))?;
+            let n = (seg.layout.slots - off).min(u64::from(count - first)) as u32;
+            let mut vectors = Vec::with_capacity(n as usize * d);
+            for s in first..first + n {
+                match self.regions.vector(s) {
+                    Some(v) => {
+                        v.decode_into(&mut buf);
+                        vectors.extend_from_slice(&buf);
+                    }
+                    None => vectors.resize(vectors.len() + d, 0.0),
+                }
+            }
+            write_codes(&*self.storage, seg, off, &book, &vectors)?;
+            first += n;
+        }
+        self.codebook_offset = offset;
+        self.regions.codebook = Some(book);
+        Ok(())
+    }
+
+    /// File offset of the codebook the next commit names (0: none yet).
+    pub fn codebook_offset(&self) -> u64 {
+        self.codebook_offset
+    }
+}
