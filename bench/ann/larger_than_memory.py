@@ -14,7 +14,8 @@ cache) and cgroup v1's memory controller. What it does:
    ef_construction 200), 2 threads, kept under bench/target/ann/ltm/ for the next run;
 3. for each system, two fresh processes, one after the other: "uncapped" (the machine's memory,
    the file read once into the page cache first) and "capped" (a cgroup whose
-   memory.limit_in_bytes is a quarter of the Chassis file, page cache included, the file
+   memory.limit_in_bytes is a quarter of the first Chassis file in --systems (`--fraction`),
+   page cache included, the file
    evicted from the page cache before it starts). Each opens the file, runs the queries once
    at the largest ef as a warm-up, then each ef of the sweep `--reps` times, one thread, one
    batch call per pass; the median QPS and recall@10 are reported, with the process's major
@@ -205,10 +206,9 @@ def main():
             SYSTEMS[s].build(str(path), np.ascontiguousarray(base), "cosine", a.threads)
             print(f"   {time.perf_counter() - t0:.0f} s, {path.stat().st_size / 2**30:.2f} GiB")
             del base
-    # The cap is a fraction of the Chassis file with codes, whichever systems run.
-    ref = OUT / f"chassis-int8-{a.n}.idx"
-    if not ref.exists():
-        ref = paths[systems[0]]
+    # The cap is a fraction of the first Chassis file in --systems (the file searched), for
+    # every system of the run: peers get the same memory as Chassis.
+    ref = next((paths[s] for s in systems if s.startswith("chassis")), paths[systems[0]])
     limit = int(ref.stat().st_size * a.fraction)
     results = []
     for s in systems:

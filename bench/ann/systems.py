@@ -1,5 +1,5 @@
 """The systems behind one small interface, with the same parameters for each: Chassis (with
-and without int8 codes), hnswlib, FAISS and USearch (f32 and its own int8).
+and without int8 or int4 codes), hnswlib, FAISS and USearch (f32 and its own int8).
 
 Every adapter builds from a float32 matrix with M = 16 and ef_construction = 200, saves to one
 file, opens that file in another process, and searches with one thread at a given ef. Cosine
@@ -66,6 +66,13 @@ class ChassisInt8(Chassis):
 
     name = "chassis-int8"
     codes = "int8"
+
+
+class ChassisInt4(Chassis):
+    """Chassis with int4 codes: the walk reads half a byte per dimension, the ranking f32."""
+
+    name = "chassis-int4"
+    codes = "int4"
 
 
 class Hnswlib:
@@ -212,5 +219,5 @@ class UsearchI8(Usearch):
 
 SYSTEMS = {
     s.name: s
-    for s in [Chassis(), ChassisInt8(), Hnswlib(), Faiss(), Usearch(), UsearchI8()]
+    for s in [Chassis(), ChassisInt8(), ChassisInt4(), Hnswlib(), Faiss(), Usearch(), UsearchI8()]
 }

@@ -17,6 +17,10 @@
 // `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
 #define CHASSIS_CODES_INT8 1
 
+// `codes` of [`chassis_create_codes`]: one int4 code per dimension (half a byte) beside each
+// vector, for files larger than memory; write version 7.
+#define CHASSIS_CODES_INT4 2
+
 // `codes` of [`chassis_compact_codes`]: keep the file's codes.
 #define CHASSIS_CODES_KEEP 4294967295
 
@@ -165,8 +169,9 @@ enum chassis_status chassis_create_format(const char *path,
 // [`chassis_create_format`] with quantized codes: `CHASSIS_CODES_INT8` keeps a one-byte code
 // per dimension beside each vector (trained once the file holds 1,000 vectors), which
 // searches walk the graph by, ranking what they find exactly (every returned distance stays
-// exact); `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with codes have write
-// version 6. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+// exact); `CHASSIS_CODES_INT4` half a byte per dimension (for files larger than memory);
+// `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with int8 codes have write version
+// 6, with int4 codes 7. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 //
 // Thread safety: any thread.
 //
@@ -290,8 +295,8 @@ enum chassis_status chassis_flush(struct chassis_index *index);
 // `index` is a live handle.
 enum chassis_status chassis_compact(struct chassis_index *index, size_t m, size_t ef_construction);
 
-// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` adds codes
-// (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
+// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` or
+// `CHASSIS_CODES_INT4` adds codes of that kind (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
 // keeps the file's.
 //
 // Thread safety: as `chassis_compact`.

@@ -80,6 +80,9 @@ pub enum chassis_metric {
 pub const CHASSIS_CODES_NONE: u32 = 0;
 /// `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
 pub const CHASSIS_CODES_INT8: u32 = 1;
+/// `codes` of [`chassis_create_codes`]: one int4 code per dimension (half a byte) beside each
+/// vector, for files larger than memory; write version 7.
+pub const CHASSIS_CODES_INT4: u32 = 2;
 /// `codes` of [`chassis_compact_codes`]: keep the file's codes.
 pub const CHASSIS_CODES_KEEP: u32 = 0xFFFF_FFFF;
 
@@ -369,8 +372,9 @@ pub unsafe extern "C" fn chassis_create_format(
 /// [`chassis_create_format`] with quantized codes: `CHASSIS_CODES_INT8` keeps a one-byte code
 /// per dimension beside each vector (trained once the file holds 1,000 vectors), which
 /// searches walk the graph by, ranking what they find exactly (every returned distance stays
-/// exact); `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with codes have write
-/// version 6. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+/// exact); `CHASSIS_CODES_INT4` half a byte per dimension (for files larger than memory);
+/// `CHASSIS_CODES_NONE` is `chassis_create_format`. Files with int8 codes have write version
+/// 6, with int4 codes 7. Any other `codes` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 ///
 /// Thread safety: any thread.
 ///
@@ -413,8 +417,10 @@ fn codes_of(codes: u32) -> Result<chassis::CodeKind, Fail> {
     match codes {
         CHASSIS_CODES_NONE => Ok(chassis::CodeKind::None),
         CHASSIS_CODES_INT8 => Ok(chassis::CodeKind::Int8),
+        CHASSIS_CODES_INT4 => Ok(chassis::CodeKind::Int4),
         c => Err(Error::InvalidArgument(format!(
-            "codes must be CHASSIS_CODES_NONE (0) or CHASSIS_CODES_INT8 (1), got {c}"
+            "codes must be CHASSIS_CODES_NONE (0), CHASSIS_CODES_INT8 (1) or \
+             CHASSIS_CODES_INT4 (2), got {c}"
         ))
         .into()),
     }
@@ -660,8 +666,8 @@ pub unsafe extern "C" fn chassis_compact(
     unsafe { chassis_compact_codes(index, m, ef_construction, CHASSIS_CODES_KEEP) }
 }
 
-/// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` adds codes
-/// (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
+/// [`chassis_compact`] that also sets the new file's codes: `CHASSIS_CODES_INT8` or
+/// `CHASSIS_CODES_INT4` adds codes of that kind (trained from the live vectors), `CHASSIS_CODES_NONE` drops them, `CHASSIS_CODES_KEEP`
 /// keeps the file's.
 ///
 /// Thread safety: as `chassis_compact`.

@@ -48,9 +48,10 @@ enum Command {
         /// files that releases reading only format 3 must open).
         #[arg(long, value_parser = parse_format, default_value = "4")]
         format: chassis::VectorLayout,
-        /// Quantized codes searches walk by: none (the default) or int8 (one byte per
-        /// dimension beside each vector, trained once the file holds 1,000 vectors; every
-        /// returned distance stays exact). Files with codes have write version 6.
+        /// Quantized codes searches walk by: none (the default), int8 (one byte per dimension
+        /// beside each vector, trained once the file holds 1,000 vectors) or int4 (half a byte:
+        /// for files larger than memory). Every returned distance stays exact. Files with int8
+        /// codes have write version 6, with int4 codes 7.
         #[arg(long, value_parser = parse_codes, default_value = "none")]
         codes: chassis::CodeKind,
     },
@@ -246,7 +247,7 @@ enum Command {
         /// format 3) or 4 (split halves). Default: keep the file's.
         #[arg(long, value_parser = parse_format)]
         format: Option<chassis::VectorLayout>,
-        /// Codes of the new file: none or int8. Default: keep the file's.
+        /// Codes of the new file: none, int8 or int4. Default: keep the file's.
         #[arg(long, value_parser = parse_codes)]
         codes: Option<chassis::CodeKind>,
     },
@@ -327,7 +328,7 @@ fn parse_format(s: &str) -> Result<chassis::VectorLayout, String> {
 
 fn parse_codes(s: &str) -> Result<chassis::CodeKind, String> {
     chassis::CodeKind::parse(s)
-        .ok_or_else(|| format!("unknown codes '{s}' (none, the default, or int8)"))
+        .ok_or_else(|| format!("unknown codes '{s}' (none, the default, int8 or int4)"))
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {

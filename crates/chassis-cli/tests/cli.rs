@@ -978,6 +978,27 @@ fn codes_are_chosen_at_create_and_by_compaction() {
     assert_eq!(line["ids"][0], 10);
     assert_eq!(line["distances"][0], 0.0, "exact distances, not the code's");
     assert!(ok(&["check", idx_s]).contains("ok"));
+    ok(&["compact", idx_s, "--codes", "int4"]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
+    assert_eq!(
+        (info["codes"].as_str(), info["write_version"].as_u64()),
+        (Some("int4"), Some(7))
+    );
+    let out = ok(&[
+        "search",
+        idx_s,
+        "--query-file",
+        q.to_str().unwrap(),
+        "-k",
+        "3",
+        "--json",
+    ]);
+    let line: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (line["ids"][0].as_u64(), line["distances"][0].as_f64()),
+        (Some(10), Some(0.0))
+    );
+    assert!(ok(&["check", idx_s]).contains("ok"));
     ok(&["compact", idx_s, "--codes", "none"]);
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
     assert_eq!(

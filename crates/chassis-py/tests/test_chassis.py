@@ -218,8 +218,17 @@ def test_int8_codes_walk_and_rank_exactly(tmp_path):
     assert ix.info()["codes"] == "none" and ix.info()["write_version"] == 4
     ix.compact(codes="int8")
     assert ix.info()["codes_trained"]
+    ix.compact(codes="int4")
+    info = ix.info()
+    assert info["codes"] == "int4" and info["codes_trained"] and info["write_version"] == 7
+    found4, dist4 = ix.search(queries, k=10, ef=64)
+    recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found4, truth)])
+    assert recall >= 0.9, recall
+    np.testing.assert_allclose(
+        dist4, np.take_along_axis(d, found4.astype(np.int64), axis=1), rtol=1e-4, atol=1e-4
+    )
     with pytest.raises(chassis.InvalidArgumentError):
-        ix.compact(codes="int4")
+        ix.compact(codes="int2")
     with pytest.raises(chassis.InvalidArgumentError):
         chassis.Index.create(tmp_path / "bad.chassis", dims=4, codes="pq")
     ix.close()

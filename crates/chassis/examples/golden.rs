@@ -261,13 +261,51 @@ fn recipes() -> Vec<Recipe> {
             about: "format 4 with int8 codes (write version 6), cosine, 1,500 x 16, M 8, 20 \
                     deleted: the codebook trained at the add that reached 1,000 vectors, \
                     codes and aux records in every segment",
-            make: |p| with_codes(p, VectorLayout::SplitHalves, Metric::Cosine, 1500, 16, 103),
+            make: |p| {
+                with_codes(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::Cosine,
+                    1500,
+                    16,
+                    103,
+                    CodeKind::Int8,
+                )
+            },
         },
         Recipe {
             name: "f3-codes",
             about: "format 3 with int8 codes (read version 3, write version 6), squared L2, \
                     1,200 x 8, M 8, 20 deleted",
-            make: |p| with_codes(p, VectorLayout::F32, Metric::L2Squared, 1200, 8, 104),
+            make: |p| {
+                with_codes(
+                    p,
+                    VectorLayout::F32,
+                    Metric::L2Squared,
+                    1200,
+                    8,
+                    104,
+                    CodeKind::Int8,
+                )
+            },
+        },
+        Recipe {
+            name: "f4-int4",
+            about: "format 4 with int4 codes (write version 7), cosine, 1,500 x 17 (an odd \
+                    count: the last byte of each code holds one value), M 8, 20 deleted: the \
+                    codebook trained at the add that reached 1,000 vectors, packed codes and aux \
+                    records in every segment",
+            make: |p| {
+                with_codes(
+                    p,
+                    VectorLayout::SplitHalves,
+                    Metric::Cosine,
+                    1500,
+                    17,
+                    105,
+                    CodeKind::Int4,
+                )
+            },
         },
         Recipe {
             name: "f3-metadata",
@@ -364,9 +402,10 @@ fn with_codes(
     n: usize,
     dims: usize,
     seed: u64,
+    kind: CodeKind,
 ) -> Made {
     let data = clustered(n, dims, seed, 0.0, 1.0);
-    let ix = Index::create(p, options(layout, metric, dims, 8).codes(CodeKind::Int8)).unwrap();
+    let ix = Index::create(p, options(layout, metric, dims, 8).codes(kind)).unwrap();
     // Two batches: the codebook is trained at the first add that reaches 1,000 vectors, and
     // the second batch's codes are written with its vectors.
     ix.add_batch(&flat(&data[..1_100]), 1).unwrap();
@@ -378,7 +417,7 @@ fn with_codes(
     }
     ix.flush().unwrap();
     let info = ix.info().unwrap();
-    assert_eq!(info.versions.1, 6);
+    assert_eq!(Some(info.versions.1), kind.write_version());
     assert!(info.codes_trained);
     Made {
         note: "all committed; closed cleanly (dropped after a flush)",

@@ -304,6 +304,12 @@ int main(int argc, char **argv) {
         CHECK(chassis_compact_codes(ix, 0, 0, CHASSIS_CODES_NONE) == CHASSIS_STATUS_OK &&
                   chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.write_version == 4,
               "compaction drops codes: write version %u", info.write_version);
+        CHECK(chassis_compact_codes(ix, 0, 0, CHASSIS_CODES_INT4) == CHASSIS_STATUS_OK &&
+                  chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.write_version == 7,
+              "compaction adds int4 codes: write version %u", info.write_version);
+        CHECK(chassis_search(ix, crows + 40 * DIMS, DIMS, 3, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
+                  found == 3 && ids[0] == 40 && dist[0] == 0.0f,
+              "an int4-coded vector finds itself at exact distance 0");
         CHECK(chassis_compact_codes(ix, 0, 0, 7) == CHASSIS_STATUS_INVALID_ARGUMENT, "unknown codes refused");
         chassis_close(ix);
         snprintf(path3, sizeof path3, "%s/codes2.chassis", dir);

@@ -234,8 +234,10 @@ class Index:
         files that releases reading only format 3 must open. ``codes="int8"`` keeps a one-byte
         code per dimension beside each vector (trained once the file holds 1,000 vectors):
         searches walk the graph by the codes, reading a quarter of the bytes, and rank what
-        they find by exact distance, so every returned distance stays exact. Files with codes
-        have write version 6.
+        they find by exact distance, so every returned distance stays exact. ``codes="int4"``
+        keeps half a byte per dimension, for files larger than memory (ranked by a likely
+        bound rather than a proved one). Files with int8 codes have write version 6, with
+        int4 codes 7.
         """
         return cls._wrap(
             _RawIndex.create(
@@ -412,8 +414,8 @@ class Index:
         then rename it over the path: reclaims deleted vectors' space and is the only way to
         change ``M``. Flushes first; every id survives. Needs free space for a second copy.
         ``threads`` link the rebuilt graph as in ``add`` (0: one per CPU; 1: the same graph
-        on every run). ``format``: 3 or 4 for the new file, ``codes``: ``"int8"`` or
-        ``"none"`` (default for both: keep the file's). Readers in other processes move to
+        on every run). ``format``: 3 or 4 for the new file, ``codes``: ``"int8"``,
+        ``"int4"`` or ``"none"`` (default for both: keep the file's). Readers in other processes move to
         the new file by themselves."""
         self._raw.compact(
             M,

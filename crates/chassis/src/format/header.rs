@@ -414,22 +414,27 @@ impl Header {
                 at::METADATA_HEAP_CHUNK_COUNT,
             );
         }
-        if self.codes != 0 && self.write_version < super::CODES_WRITE_VERSION {
+        let needs = match super::codes::CodeKind::from_code(self.codes) {
+            Some(kind) => kind.write_version().unwrap_or(0),
+            // A kind a later release wrote: this one ignores it (see `code_kind`).
+            None => super::CODES_WRITE_VERSION,
+        };
+        if self.write_version < needs {
             return bad(
-                format!("codes in a file of write version {}", self.write_version),
+                format!(
+                    "codes of kind {} in a file of write version {}",
+                    self.codes, self.write_version
+                ),
                 at::CODES,
             );
         }
         if self.codebook != 0
-            && (self.code_kind() == super::codes::CodeKind::None
+            && (self.codes == 0
                 || self.codebook < super::DATA_START
                 || !self.codebook.is_multiple_of(REGION_ALIGN))
         {
             return bad(
-                format!(
-                    "codebook at {} in a file without usable codes",
-                    self.codebook
-                ),
+                format!("codebook at {} in a file without codes", self.codebook),
                 at::CODEBOOK,
             );
         }

@@ -31,14 +31,15 @@ pub const READ_VERSION: u32 = 4;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.
-pub const WRITE_VERSION: u32 = 6;
+pub const WRITE_VERSION: u32 = 7;
 /// The write version of a file that holds metadata: releases before it read such a file
 /// correctly (they ignore the metadata heap and the slots' metadata references) and must not
 /// write it, since their writes would not keep its metadata.
 pub const METADATA_WRITE_VERSION: u32 = 5;
 /// The write version of a file that keeps quantized codes ([`codes`]): releases before it
 /// read such a file correctly (the codes, their arrays and the codebook sit where they never
-/// look) and must not write it, since their adds would leave new slots without codes.
+/// look) and must not write it, since their adds would leave new slots without codes. Int4
+/// codes need [`codes::INT4_WRITE_VERSION`] (7) for the same reason against releases of 6.
 pub const CODES_WRITE_VERSION: u32 = 6;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple

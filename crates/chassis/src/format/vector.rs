@@ -64,7 +64,8 @@ pub enum VectorRef<'a> {
     /// The same, in a file whose searches must walk by exact distances (its data is too fine
     /// for high halves; header flag `exact_walk`).
     SplitExact(&'a [u16]),
-    /// A vector's int8 code ([`super::codes`]) and the codebook it was coded with: what a
+    /// A vector's code ([`super::codes`]; an int4 one packed, two values to a byte) and the
+    /// codebook it was coded with: what a
     /// search walks by in a file with codes. It stands for an approximation only: the exact
     /// vector is read separately ([`VectorRef::decode_into`] gives the approximation).
     Code(&'a [u8], &'a super::codes::Codebook),
@@ -77,7 +78,7 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => v.len(),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => h.len() / 2,
-            VectorRef::Code(c, _) => c.len(),
+            VectorRef::Code(_, book) => book.dims(),
         }
     }
 
@@ -121,8 +122,8 @@ impl<'a> VectorRef<'a> {
                 }
             }
             VectorRef::Code(c, book) => {
-                for (j, (o, &c)) in out.iter_mut().zip(c.iter()).enumerate() {
-                    *o = book.value(j, c);
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = book.value(j, book.code_at(c, j));
                 }
             }
         }

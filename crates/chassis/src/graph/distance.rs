@@ -16,6 +16,7 @@
 
 use std::sync::OnceLock;
 
+use crate::format::codes::CodeKind;
 pub use crate::format::vector::VectorRef;
 use crate::format::vector::{high_value, HIGH_HALF_REL_ERROR};
 
@@ -178,6 +179,11 @@ pub const BATCH_WIDTH: usize = 8;
 /// and 1,536 dimensions batches are 8% and 23% faster; at 128 (two cache lines a vector,
 /// where the eight horizontal sums cost as much as the products) 3% slower.
 pub const BATCH_MIN_DIMS: usize = 256;
+
+/// How many spreads of a code's error a likely bound allows ([`Distance::code_likely_bound`]):
+/// at 3, under 0.2% of codes would fall below it if their errors were normally distributed;
+/// measured on pypi-minilm and synthetic data (docs/PERFORMANCE.md, "Codes").
+pub const LIKELY_Z: f32 = 3.0;
 
 type BatchKernel = fn(&[f32], [&[f32]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
 
@@ -345,6 +351,12 @@ impl Distance {
                 v.decode_into(&mut buf);
                 (self.kernel)(q, &buf)
             }),
+            VectorRef::Code(c, book) if book.kind() == CodeKind::Int4 => UNPACKED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(q.len(), 0);
+                book.unpack_into(c, &mut buf);
+                self.finish_code((self.code)(q, book.lo(), book.step(), &buf))
+            }),
             VectorRef::Code(c, book) => self.finish_code((self.code)(q, book.lo(), book.step(), c)),
         }
     }
@@ -370,7 +382,25 @@ impl Distance {
             // Codes are batched at every length: the query's terms are shared by the group.
             if group.len() > 1 {
                 if let Some((book, g)) = codes_group(q.len(), group) {
-                    let d = (self.codes)(q, book.lo(), book.step(), g);
+                    let d = if book.kind() == CodeKind::Int4 {
+                        // Packed codes are unpacked to a byte per value for the int8
+                        // kernels: the walk reads half the bytes, the kernel the same.
+                        UNPACKED.with(|buf| {
+                            let mut buf = buf.borrow_mut();
+                            let n = q.len();
+                            buf.resize(BATCH_WIDTH * n, 0);
+                            for (c, out) in g.iter().zip(buf.chunks_exact_mut(n)) {
+                                book.unpack_into(c, out);
+                            }
+                            let mut one: [&[u8]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
+                            for (o, c) in one.iter_mut().zip(buf.chunks_exact(n)) {
+                                *o = c;
+                            }
+                            (self.codes)(q, book.lo(), book.step(), one)
+                        })
+                    } else {
+                        (self.codes)(q, book.lo(), book.step(), g)
+                    };
                     for (o, d) in o.iter_mut().zip(d) {
                         *o = self.finish_code(d);
                     }
@@ -459,6 +489,45 @@ impl Distance {
         }
     }
 
+    /// A *likely* lower bound on the exact distance from `q` to a vector whose walk distance
+    /// by its int4 code is `walked` and whose code's error is ε (its aux record), for codes
+    /// whose proved bound ([`Distance::code_lower_bound`]) is too loose to spare anything.
+    ///
+    /// The code's error e = v − v̂ moves the distance by −⟨q, e⟩ (cosine, inner product) or
+    /// ‖e‖² − 2⟨q − v̂, e⟩ (squared L2), and ⟨x, e⟩ is a sum of `dims` small independent terms:
+    /// each eⱼ is spread over about ±sⱼ/2, so the sum's spread is about
+    /// ε·√(Σ xⱼ²sⱼ² / Σ sⱼ²) ([`Distance::code_spread`] of the query, `q_spread`), or ε·‖x‖/√dims
+    /// for x = q − v̂, whose values aren't at hand. The bound is the walk distance less
+    /// [`LIKELY_Z`] such spreads: not a proof (a code whose error lines up with the query could
+    /// fall below it), a margin measured to lose no recall on the harness's data
+    /// (docs/PERFORMANCE.md, "Codes"). NaN gives NaN, which nothing is skipped on account of.
+    pub fn code_likely_bound(&self, walked: f32, eps: f32, q_spread: f32, dims: usize) -> f32 {
+        match self.metric {
+            Metric::L2Squared => {
+                let spread = 2.0 * walked.max(0.0).sqrt() * eps / (dims.max(1) as f32).sqrt();
+                walked - LIKELY_Z * spread
+            }
+            Metric::Cosine | Metric::InnerProduct => walked - LIKELY_Z * q_spread * eps,
+        }
+    }
+
+    /// √(Σ qⱼ²sⱼ² / Σ sⱼ²) for a codebook's steps `step`: how much of ‖q‖ lines up with the
+    /// dimensions whose codes err most ([`Distance::code_likely_bound`]); ‖q‖/√dims when the
+    /// steps are equal, 0 when every step is 0 (no code errs inside its range).
+    pub fn code_spread(q: &[f32], step: &[f32]) -> f32 {
+        let (mut num, mut den) = (0f64, 0f64);
+        for (&x, &s) in q.iter().zip(step) {
+            let s2 = f64::from(s) * f64::from(s);
+            num += f64::from(x) * f64::from(x) * s2;
+            den += s2;
+        }
+        if den > 0.0 {
+            (num / den).sqrt() as f32
+        } else {
+            0.0
+        }
+    }
+
     /// The exact distance from `q` to the stored `v` (a split vector is joined into `buf`
     /// first; an f32 one is read in place). A code has no exact distance: callers rank from
     /// the vector; given one, this is the distance to what it stands for.
@@ -475,6 +544,8 @@ impl Distance {
 }
 
 thread_local! {
+    /// Int4 codes unpacked to a byte per value for the code kernels.
+    static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A split vector joined for [`Distance::walk`] in a file walked exactly.
     static JOINED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -517,7 +588,11 @@ fn codes_group<'a>(
     let mut out: [&[u8]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
     for (j, o) in out.iter_mut().enumerate() {
         match group.get(j).or(group.last()) {
-            Some(VectorRef::Code(c, b)) if c.len() >= n && std::ptr::eq(*b, book) => *o = c,
+            Some(VectorRef::Code(c, b))
+                if c.len() >= b.kind().packed_bytes(n as u32) && std::ptr::eq(*b, book) =>
+            {
+                *o = c
+            }
             _ => return None,
         }
     }
@@ -839,7 +914,9 @@ mod tests {
             offset in -8.0f32..8.0,
             near in 0.0f32..1.0,
             outside in 0.0f32..4.0,
+            int4 in proptest::bool::ANY,
         ) {
+            let kind = if int4 { CodeKind::Int4 } else { CodeKind::Int8 };
             let scale = 2f32.powi(scale_exp);
             let q: Vec<f32> = data(n, seed).iter().map(|x| (x + offset) * scale).collect();
             let other = data(n, seed + 7);
@@ -862,8 +939,8 @@ mod tests {
                     (Metric::InnerProduct, &q, &v, &train),
                 ] {
                     let d = Distance::with_level(metric, level);
-                    let book = Codebook::train(n, train.iter().map(|t| t.as_slice()));
-                    let mut code = vec![0u8; n];
+                    let book = Codebook::train(kind, n, train.iter().map(|t| t.as_slice()));
+                    let mut code = vec![0u8; kind.code_bytes(n as u32) as usize];
                     let (eps, norm) = book.encode(v, &mut code);
                     let r = VectorRef::Code(&code, &book);
                     let walked = d.walk(q, r);

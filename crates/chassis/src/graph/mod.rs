@@ -54,6 +54,10 @@ pub trait GraphStore {
     fn code_aux(&self, _slot: u32) -> Option<(f32, f32)> {
         None
     }
+    /// Told before [`GraphStore::exact_vector`] of `slot` is read to rank it: a store whose
+    /// vectors may be on disk starts reading it now, so the misses of every vector a search
+    /// ranks overlap. Does nothing by default.
+    fn will_need_exact(&self, _slot: u32) {}
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
@@ -486,7 +490,7 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
     // Walked by high halves or codes: rank the ef found by exact distance (reading low halves
     // or whole vectors) before keeping k, so every returned distance is exact.
     if out.iter().any(|s| approximate(store, s.slot)) {
-        out = rank_exactly(store, dist, q, &out, k, scratch);
+        out = rank_exactly(store, dist, q, &out, k, false, scratch);
     }
     out.truncate(k);
     Some(out)
@@ -512,8 +516,18 @@ pub fn scan<S: GraphStore>(
     let mut refs: Vec<(u32, VectorRef<'_>)> = Vec::new();
     let mut split = false;
     let mut coded = false;
+    // Whether a slot was scored by its vector although the walk reads its code.
+    let mut by_vectors = false;
     for slot in slots {
-        if let Some(v) = store.vector(slot) {
+        let v = match store.vector(slot) {
+            // Codes without a proved bound would make the scan approximate: it reads vectors.
+            Some(VectorRef::Code(_, book)) if !book.kind().proves() => {
+                by_vectors = true;
+                store.exact_vector(slot)
+            }
+            v => v,
+        };
+        if let Some(v) = v {
             split |= matches!(v, VectorRef::Split(_));
             coded |= v.is_code();
             refs.push((slot, v));
@@ -545,7 +559,7 @@ pub fn scan<S: GraphStore>(
     if coded {
         // Each code has its own error bound: rank in the order of the bounds, which stops
         // as soon as the rest can't come nearer.
-        return rank_exactly(store, dist, q, &all, k, scratch);
+        return rank_exactly(store, dist, q, &all, k, false, scratch);
     }
     if !split {
         // Walk distances are exact distances.
@@ -563,7 +577,7 @@ pub fn scan<S: GraphStore>(
         all.select_nth_unstable(m - 1);
     }
     all[..m].sort_unstable();
-    let ranked = rank_exactly(store, dist, q, &all[..m], k, scratch);
+    let ranked = rank_exactly(store, dist, q, &all[..m], k, by_vectors, scratch);
     let settled = m == all.len()
         || (ranked.len() >= k
             && ranked.last().is_some_and(|kth| {
@@ -574,26 +588,38 @@ pub fn scan<S: GraphStore>(
         return ranked;
     }
     all.sort_unstable();
-    rank_exactly(store, dist, q, &all, k, scratch)
+    rank_exactly(store, dist, q, &all, k, by_vectors, scratch)
 }
 
 /// How many found vectors ahead of the one being ranked have their exact bytes prefetched.
 const RANK_PREFETCH_AHEAD: usize = 8;
 
 /// A lower bound on the exact distance from `q` to `slot`, whose walk distance is `walked`:
-/// by its code's error ([`Distance::code_lower_bound`]) when the walk read its code, by the
-/// high halves' error ([`Distance::exact_lower_bound`]) when it read high halves, and the walk
-/// distance itself when that was exact.
+/// by its code's error ([`Distance::code_lower_bound`]) when the walk read an int8 code, a
+/// likely one ([`Distance::code_likely_bound`], `q_spread` the query's) for an int4 code, by
+/// the high halves' error ([`Distance::exact_lower_bound`]) when it read high halves, and the
+/// walk distance itself when that was exact.
+#[allow(clippy::too_many_arguments)]
 fn lower_bound<S: GraphStore>(
     store: &S,
     dist: &Distance,
     q_norm: f32,
+    q_spread: f32,
     walked: f32,
     slot: u32,
     dims: usize,
+    by_vectors: bool,
 ) -> f32 {
-    match store.vector(slot) {
+    let walked_by = if by_vectors {
+        store.exact_vector(slot)
+    } else {
+        store.vector(slot)
+    };
+    match walked_by {
         Some(VectorRef::Code(_, book)) => match store.code_aux(slot) {
+            Some((eps, _)) if !book.kind().proves() => {
+                dist.code_likely_bound(walked, eps, q_spread, dims)
+            }
             Some((eps, norm)) => {
                 dist.code_lower_bound(q_norm, walked, eps, norm, book.lo_norm(), dims)
             }
@@ -618,22 +644,54 @@ fn approximate<S: GraphStore>(store: &S, slot: u32) -> bool {
 /// ([`lower_bound`]: by codes' or high halves' error) and stops at the first whose bound is
 /// above the k-th exact distance so far; since every later bound is higher still, the result
 /// is the same as ranking all of `found`, minus exact distances that could not change it.
+///
+/// Int4 codes have no useful proved bound; they are ranked the same way by a *likely* one
+/// ([`Distance::code_likely_bound`]): the result is what ranking all of `found` gives unless a
+/// code's error is several times its expected size. Either way every returned distance is
+/// exact, and the vectors about to be read are named to the store first
+/// ([`GraphStore::will_need_exact`]), so in a file larger than memory their misses overlap.
+///
+/// `by_vectors`: `found` was scored by the slots' exact vectors (a scan of an int4 file), not
+/// by what [`GraphStore::vector`] gives.
 fn rank_exactly<S: GraphStore>(
     store: &S,
     dist: &Distance,
     q: &[f32],
     found: &[Scored],
     k: usize,
+    by_vectors: bool,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
     if k == 0 {
         return Vec::new();
     }
     let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let q_spread = if by_vectors {
+        0.0
+    } else {
+        found
+            .iter()
+            .find_map(|s| match store.vector(s.slot) {
+                Some(VectorRef::Code(_, book)) if !book.kind().proves() => {
+                    Some(Distance::code_spread(q, book.step()))
+                }
+                _ => None,
+            })
+            .unwrap_or(0.0)
+    };
     let mut order: Vec<Scored> = found
         .iter()
         .map(|s| Scored {
-            distance: lower_bound(store, dist, q_norm, s.distance, s.slot, q.len()),
+            distance: lower_bound(
+                store,
+                dist,
+                q_norm,
+                q_spread,
+                s.distance,
+                s.slot,
+                q.len(),
+                by_vectors,
+            ),
             slot: s.slot,
         })
         .collect();
@@ -641,7 +699,8 @@ fn rank_exactly<S: GraphStore>(
     // The bytes an exact distance reads beyond the walk's: the low halves of a split vector,
     // the whole vector when the walk read a code.
     let prefetch_exact = |s: &Scored| {
-        let coded = store.vector(s.slot).is_some_and(|v| v.is_code());
+        store.will_need_exact(s.slot);
+        let coded = !by_vectors && store.vector(s.slot).is_some_and(|v| v.is_code());
         if let Some(v) = store.exact_vector(s.slot) {
             if coded {
                 prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));

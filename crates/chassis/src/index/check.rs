@@ -158,7 +158,7 @@ impl Writer {
         // Codes are derived data: each committed slot's code and aux record must be what
         // coding its vector with the committed codebook gives.
         if let (true, Some(book)) = (h.codebook != 0, self.store.codebook()) {
-            let mut code = vec![0u8; book.dims()];
+            let mut code = vec![0u8; book.packed_bytes()];
             let mut v = Vec::new();
             for slot in 0..n {
                 let (Some(stored), Some(aux), Some(vector)) = (

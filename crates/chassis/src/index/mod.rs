@@ -150,6 +150,10 @@ impl GraphStore for View<'_> {
         self.store.code_aux(slot)
     }
     #[inline]
+    fn will_need_exact(&self, slot: u32) {
+        self.store.will_need_vector(slot)
+    }
+    #[inline]
     fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {
         self.store.level0(slot)
     }

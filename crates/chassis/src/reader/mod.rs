@@ -271,7 +271,7 @@ impl GraphStore for View<'_> {
                 let (layout, region, off) = self.place(slot)?;
                 let at = layout.codes_at + off * layout.code_bytes;
                 return region
-                    .bytes(at, self.reader.dims as usize)
+                    .bytes(at, book.packed_bytes())
                     .ok()
                     .map(|c| VectorRef::Code(c, book));
             }
@@ -289,6 +289,13 @@ impl GraphStore for View<'_> {
             f32::from_bits(w[0].load(Ordering::Relaxed)),
             f32::from_bits(w[1].load(Ordering::Relaxed)),
         ))
+    }
+    #[inline]
+    fn will_need_exact(&self, slot: u32) {
+        if let Some((layout, region, off)) = self.place(slot) {
+            let bytes = 4 * u64::from(self.reader.dims);
+            region.will_need(layout.vectors_at + off * bytes, bytes);
+        }
     }
     #[inline]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {

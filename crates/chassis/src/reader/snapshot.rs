@@ -631,8 +631,10 @@ impl IndexReader {
         }
         changed |= metadata_chunks.len() != old_regions.metadata_chunks.len();
         // The codebook: written once, before the commit that names it, and never changed.
+        // A codebook of a kind this release doesn't know is ignored with its codes.
         let codebook = match (&old_regions.codebook, h.codebook) {
             (_, 0) => None,
+            _ if h.code_kind() == CodeKind::None => None,
             (Some((off, book)), want) if *off == want => Some((want, Arc::clone(book))),
             (_, want) => {
                 let bytes = codes::codebook_bytes(self.dims);
@@ -644,7 +646,10 @@ impl IndexReader {
                 let mut b = vec![0u8; bytes as usize];
                 file.storage.read_at(want, &mut b)?;
                 changed = true;
-                Some((want, Arc::new(Codebook::decode(&b, self.dims, want)?)))
+                Some((
+                    want,
+                    Arc::new(Codebook::decode(&b, h.code_kind(), self.dims, want)?),
+                ))
             }
         };
         changed |= codebook.is_some() != old_regions.codebook.is_some();

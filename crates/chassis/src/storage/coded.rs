@@ -1,4 +1,4 @@
-//! The storage side of int8 codes (docs/FORMAT.md, "Codes"): reading a slot's code and aux
+//! The storage side of codes (docs/FORMAT.md, "Codes"): reading a slot's code and aux
 //! record, writing them beside the vectors, and training the codebook once.
 //!
 //! Invariant: codes are read only once a codebook is loaded, which happens only for a header
@@ -34,9 +34,20 @@ impl Regions {
         let (seg, off) = self.slot_place(slot)?;
         let at = seg.layout.codes_at + off * seg.layout.code_bytes;
         seg.region
-            .bytes(at, self.dims as usize)
+            .bytes(at, book.packed_bytes())
             .ok()
             .map(|c| VectorRef::Code(c, book))
+    }
+
+    /// Starts reading the vector of `slot` in a file too large for memory, without waiting
+    /// ([`crate::os::Region::will_need`]): it is about to be ranked exactly.
+    #[inline]
+    pub fn will_need_vector(&self, slot: u32) {
+        if let Some((seg, off)) = self.slot_place(slot) {
+            let bytes = 4 * u64::from(self.dims);
+            seg.region
+                .will_need(seg.layout.vectors_at + off * bytes, bytes);
+        }
     }
 
     /// The aux record of `slot`: its code's error bound ε and its vector's norm.
@@ -91,7 +102,8 @@ impl Store {
     /// Reads and checks the codebook the current header names, if any (a file `len` bytes
     /// long): from here on searches walk by codes.
     pub(super) fn load_codebook(&mut self, len: u64) -> Result<()> {
-        if self.header.codebook == 0 {
+        // A codebook of a kind this release doesn't know is ignored with its codes.
+        if self.header.codebook == 0 || self.codes == CodeKind::None {
             return Ok(());
         }
         let off = self.header.codebook;
@@ -100,7 +112,7 @@ impl Store {
         table::check_region(off, bytes, len, at)?;
         let mut b = vec![0u8; bytes as usize];
         self.storage.read_at(off, &mut b)?;
-        self.regions.codebook = Some(Arc::new(Codebook::decode(&b, self.dims, off)?));
+        self.regions.codebook = Some(Arc::new(Codebook::decode(&b, self.codes, self.dims, off)?));
         Ok(())
     }
 
@@ -120,7 +132,7 @@ impl Store {
             .step_by(step)
             .filter_map(|s| self.regions.vector(s).map(|v| v.to_vec()))
             .collect();
-        let book = Codebook::train(d, sample.iter().map(|v| v.as_slice()));
+        let book = Codebook::train(self.codes, d, sample.iter().map(|v| v.as_slice()));
         let bytes = book.encode_region();
         let (offset, _region) = self.append_region(bytes.len() as u64)?;
         self.storage

@@ -180,7 +180,7 @@ pub struct NewFile {
     pub geometry: Geometry,
     /// How vectors are stored (it decides the file's read and write versions).
     pub layout: VectorLayout,
-    /// What codes the file keeps (any but none makes its write version 6).
+    /// What codes the file keeps (int8 makes its write version 6, int4 7).
     pub codes: CodeKind,
 }
 
@@ -473,11 +473,10 @@ impl Store {
                 Err(e) => Err(e),
             };
         }
-        let write_version = if new.codes == CodeKind::None {
-            new.layout.read_version()
-        } else {
-            format::CODES_WRITE_VERSION
-        };
+        let write_version = new
+            .codes
+            .write_version()
+            .unwrap_or_else(|| new.layout.read_version());
         let mut h = Header {
             read_version: new.layout.read_version(),
             write_version,

@@ -158,3 +158,61 @@ impl Moment {
         img
     }
 }
+
+/// Recall@10 of `search` over `queries` against brute force on `base`, checking on the way
+/// that every returned distance is the exact one and that hits come nearest first.
+pub fn exact_recall(
+    base: &[Vec<f32>],
+    queries: &[Vec<f32>],
+    metric: Metric,
+    search: impl Fn(&[f32]) -> Vec<chassis::Neighbor>,
+) -> f64 {
+    let mut hit = 0;
+    for q in queries {
+        let truth = brute_force(base, q, 10, metric);
+        let got = search(q);
+        assert_eq!(got.len(), 10);
+        assert!(got.windows(2).all(|w| w[0].distance <= w[1].distance));
+        for h in &got {
+            let v = &base[h.id as usize];
+            let exact = match metric {
+                Metric::Cosine => {
+                    let norm = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
+                    let (qn, vn) = (norm(q), norm(v));
+                    let qq: Vec<f32> = q.iter().map(|a| a / qn).collect();
+                    let vv: Vec<f32> = v.iter().map(|a| a / vn).collect();
+                    reference::distance(metric, &qq, &vv)
+                }
+                _ => reference::distance(metric, q, v),
+            };
+            assert!(
+                (h.distance - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                "{metric:?}: returned {} for id {}, exact {exact}",
+                h.distance,
+                h.id
+            );
+        }
+        hit += got
+            .iter()
+            .filter(|h| truth.contains(&(h.id as usize)))
+            .count();
+    }
+    hit as f64 / (10 * queries.len()) as f64
+}
+
+/// The current header copy of the file at `path`, decoded, and its offset.
+pub fn current_header(bytes: &[u8]) -> (chassis::format::header::Header, usize) {
+    use chassis::format::header::Header;
+    let copies: Vec<(Header, usize)> = [0usize, 65_536]
+        .into_iter()
+        .filter_map(|at| {
+            Header::decode(&bytes[at..at + 65_536], at as u64)
+                .ok()
+                .map(|h| (h, at))
+        })
+        .collect();
+    copies
+        .into_iter()
+        .max_by_key(|(h, _)| h.sequence)
+        .expect("a valid header copy")
+}
