@@ -29,13 +29,15 @@ fuzz_target!(|data: &[u8]| {
     }
     if data.len() >= 16 {
         let dims = u32::from_le_bytes([data[12], data[13], data[14], data[15]]);
-        if let Ok(book) = codes::Codebook::decode(data, dims, 0) {
-            let region = book.encode_region();
-            assert_eq!(
-                &data[..region.len()],
-                &region[..],
-                "codebooks are canonical"
-            );
+        for kind in [codes::CodeKind::Int8, codes::CodeKind::Int4] {
+            if let Ok(book) = codes::Codebook::decode(data, kind, dims, 0) {
+                let region = book.encode_region();
+                assert_eq!(
+                    &data[..region.len()],
+                    &region[..],
+                    "codebooks are canonical"
+                );
+            }
         }
     }
     if let Ok(p) = patch::Patch::decode(data) {

@@ -2,11 +2,12 @@
 //! are in `bench/ann`'s filtered mode): recall@10 and QPS per filter kind, how each query was
 //! answered (scan, graph, graph then scan), and the time to build the filter index. Also the
 //! filter-index build at 1,000,000 vectors with three indexed fields (synthetic, 4-d vectors).
-//! `--codes` builds (and searches) the file with int8 codes: filtered searches walk and scan by
-//! the codes and rank exactly.
+//! `--codes` builds (and searches) the file with int8 codes (`--codes int4`: int4 codes):
+//! filtered searches walk by the codes and rank exactly (int8 scans score codes too; int4 scans
+//! read vectors).
 //!
 //! ```text
-//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3] [--codes]
+//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3] [--codes [int8|int4]]
 //! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- --index-build 1000000
 //! ```
 
@@ -156,8 +157,14 @@ fn main() {
     let truth = read_ivecs(&dir.join("pypi-minilm_filtered_groundtruth.ivecs"));
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/filtered");
     std::fs::create_dir_all(&out).expect("out dir");
+    // `--codes` alone means int8; `--codes int4` names the kind.
     let codes = if flag("--codes") {
-        CodeKind::Int8
+        let args: Vec<String> = std::env::args().collect();
+        args.iter()
+            .position(|a| a == "--codes")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|k| CodeKind::parse(k))
+            .unwrap_or(CodeKind::Int8)
     } else {
         CodeKind::None
     };
