@@ -8,20 +8,25 @@ without the cap.
 Needs root (it makes /sys/fs/cgroup/memory/chassis-ltm and drops the file from the page
 cache) and cgroup v1's memory controller. What it does:
 
-1. data: N x 384 synthetic vectors (data.synthetic, intrinsic dimension 32, cosine) and 1,000
-   queries with their exact 10 nearest, cached under bench/target/ann/data/synth-<N>-384/;
+1. data: N x 384 synthetic vectors (data.synthetic, intrinsic dimension 32, cosine), cached
+   under bench/target/ann/data/synth-<N>-384/, and fresh queries from the same distribution:
+   `--warm` for warming up and 1,000 per ef and repetition to measure, with the exact 10
+   nearest of the measured ones;
 2. build: each system's file from those vectors with the harness's parameters (M 16,
    ef_construction 200), 2 threads, kept under bench/target/ann/ltm/ for the next run;
 3. for each system, two fresh processes, one after the other: "uncapped" (the machine's memory,
    the file read once into the page cache first) and "capped" (a cgroup whose
-   memory.limit_in_bytes is a quarter of the first Chassis file in --systems (`--fraction`),
-   page cache included, the file
-   evicted from the page cache before it starts). Each opens the file, runs the queries once
-   at the largest ef as a warm-up, then each ef of the sweep `--reps` times, one thread, one
-   batch call per pass; the median QPS and recall@10 are reported, with the process's major
-   page faults and the cgroup's peak usage. A process the kernel kills for memory is reported
-   as such (hnswlib and FAISS read the whole index into memory; they can't open it under
-   the cap).
+   memory.limit_in_bytes is `--fraction` of the first Chassis file in --systems, page cache
+   included, the file evicted from the page cache before it starts). Each opens the file and
+   warms up with the `--warm` queries at the largest ef (passes of 1,000, each pass's QPS and
+   major faults a query reported: the hot set settling), then runs each ef of the sweep
+   `--reps` times, one thread, one batch call per pass, every pass on its own 1,000 queries
+   never searched before, so what a query reads beyond the hot set (the vectors it ranks
+   exactly) comes from disk as it would for a stream of new queries, not from the cache an
+   earlier pass of the same queries filled. The median QPS and the mean recall@10 are
+   reported, with major page faults and the cgroup's peak usage. A process the kernel kills
+   for memory is reported as such (hnswlib and FAISS read the whole index into memory; they
+   can't open it under the cap).
 
 The cgroup is set up by hand as:
     mkdir /sys/fs/cgroup/memory/chassis-ltm
@@ -67,39 +72,85 @@ def dataset(n):
     return cache
 
 
+def fresh_queries(n, warm, measured):
+    """`warm` + `measured` more queries from the data set's own distribution (its basis, drawn
+    again from its seed; new draws from another), never searched before, with the exact 10
+    nearest of the last `measured` (cached beside the data set)."""
+    cache = data.CACHE / f"synth-{n}-{DIMS}"
+    qpath, gpath = cache / f"fresh-{warm}-{measured}.npy", cache / f"fresh-gt-{warm}-{measured}.npy"
+    if qpath.exists() and gpath.exists():
+        return np.load(qpath), np.load(gpath)
+    seed = DIMS + n
+    basis, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(DIMS, INTRINSIC)))
+    rng = np.random.default_rng(seed + 1)
+    z = rng.normal(size=(warm + measured, INTRINSIC)) * np.linspace(1.0, 0.3, INTRINSIC)
+    q = (z @ basis.T + 0.02 * rng.normal(size=(warm + measured, DIMS))).astype(np.float32)
+    print(f"== data: {warm + measured:,} fresh queries, exact ground truth of {measured:,}")
+    base = np.load(cache / "base.npy", mmap_mode="r")
+    gt = data.exact_neighbors(base, q[warm:], "cosine", k=K)
+    np.save(qpath, q)
+    np.save(gpath, gt)
+    return q, gt
+
+
 def recall(ids, gt):
     hits = sum(len(set(map(int, r[:K])) & set(map(int, g[:K]))) for r, g in zip(ids, gt))
     return hits / (len(gt) * K)
 
 
 def child(a):
-    """One search process: prints one JSON line."""
-    cache = Path(a.cache)
-    queries = np.load(cache / "queries.npy")
-    gt = np.load(cache / "gt.npy")
+    """One search process: prints one JSON line. Warm-up: `--warm` fresh queries at the largest
+    ef, in passes of 1,000 (each pass's QPS and major faults reported, to show the hot set
+    settling). Then for each ef, `--reps` passes, each over its own 1,000 fresh queries never
+    searched before: the vectors a query ranks exactly are not cached for it by an earlier pass
+    over the same queries, as they would be if the same queries were repeated."""
+    efs = [int(e) for e in a.efs.split(",")]
+    fresh, gt = fresh_queries(int(a.n), a.warm, len(efs) * a.reps * 1000)
+    warm_q, measure_q = fresh[: a.warm], fresh[a.warm :]
     sysm = SYSTEMS[a.system]
     t0 = time.perf_counter()
     h = sysm.open(a.path, "cosine", DIMS)
     open_s = time.perf_counter() - t0
-    efs = [int(e) for e in a.efs.split(",")]
-    t0 = time.perf_counter()
-    sysm.search(h, queries, K, max(efs))  # warm-up
-    warm_s = time.perf_counter() - t0
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+    warm_passes = []
+    t_warm = time.perf_counter()
+    for s in range(0, len(warm_q), 1000):
+        f0, t0 = faults(), time.perf_counter()
+        sysm.search(h, warm_q[s : s + 1000], K, max(efs))
+        dt = time.perf_counter() - t0
+        n = len(warm_q[s : s + 1000])
+        warm_passes.append({"qps": n / dt, "faults_per_query": (faults() - f0) / n})
+    warm_s = time.perf_counter() - t_warm
     rows = []
+    at = 0
     for ef in efs:
-        qps, rec = [], None
+        qps, hits, flt = [], [], []
         for _ in range(a.reps):
-            t0 = time.perf_counter()
-            ids = sysm.search(h, queries, K, ef)
-            qps.append(len(queries) / (time.perf_counter() - t0))
-            rec = recall(ids, gt)
-        rows.append({"ef": ef, "qps": float(np.median(qps)), "recall": rec})
+            q, g = measure_q[at : at + 1000], gt[at : at + 1000]
+            at += 1000
+            f0, t0 = faults(), time.perf_counter()
+            ids = sysm.search(h, q, K, ef)
+            qps.append(len(q) / (time.perf_counter() - t0))
+            flt.append((faults() - f0) / len(q))
+            hits.append(recall(ids, g))
+        rows.append(
+            {
+                "ef": ef,
+                "qps": float(np.median(qps)),
+                "recall": float(np.mean(hits)),
+                "faults_per_query": float(np.median(flt)),
+            }
+        )
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(
             {
                 "open_s": open_s,
                 "warmup_s": warm_s,
+                "warmup_passes": warm_passes,
                 "rows": rows,
                 "major_faults": ru.ru_majflt,
                 "max_rss_mib": ru.ru_maxrss / 1024,
@@ -141,6 +192,10 @@ def run_child(a, system, path, cache, capped, limit):
         a.efs,
         "--reps",
         str(a.reps),
+        "--warm",
+        str(a.warm),
+        "--n",
+        str(a.n),
     ]
     pre = None
     if capped:
@@ -181,6 +236,9 @@ def main():
     ap.add_argument("--systems", default="chassis-int8,hnswlib")
     ap.add_argument("--efs", default="128,256,384,512,768")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--warm", type=int, default=8000, help="fresh warm-up queries before measuring"
+    )
     ap.add_argument("--fraction", type=float, default=0.25, help="cap / Chassis file size")
     ap.add_argument("--threads", type=int, default=2, help="build threads")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -193,6 +251,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("larger_than_memory: needs root (a cgroup and drop_caches)")
     cache = dataset(a.n)
+    fresh_queries(a.n, a.warm, len(a.efs.split(",")) * a.reps * 1000)
     OUT.mkdir(parents=True, exist_ok=True)
     systems = a.systems.split(",")
     paths = {}
@@ -220,8 +279,15 @@ def main():
             if "failed" in r:
                 print(f"   failed: {r['failed']}")
             else:
+                settling = ", ".join(
+                    f"{p['qps']:,.0f}/{p['faults_per_query']:.1f}" for p in r["warmup_passes"]
+                )
+                print(f"   warm-up passes (QPS/major faults a query): {settling}")
                 for row in r["rows"]:
-                    print(f"   ef {row['ef']:4d}  recall {row['recall']:.3f}  QPS {row['qps']:,.0f}")
+                    print(
+                        f"   ef {row['ef']:4d}  recall {row['recall']:.3f}  QPS {row['qps']:,.0f}"
+                        f"  major faults a query {row['faults_per_query']:.1f}"
+                    )
                 print(f"   major faults {r['major_faults']:,}, warm-up {r['warmup_s']:.1f} s")
     meta = {
         "n": a.n,
