@@ -229,7 +229,9 @@ fn options_of(
 /// The code kind a name means (`none`, `int8`, `int4`).
 fn codes_of(codes: &str) -> PyResult<chassis::CodeKind> {
     chassis::CodeKind::parse(codes).ok_or_else(|| {
-        InvalidArgumentError::new_err(format!("codes must be 'none', 'int8' or 'int4', got {codes:?}"))
+        InvalidArgumentError::new_err(format!(
+            "codes must be 'none', 'int8' or 'int4', got {codes:?}"
+        ))
     })
 }
 
