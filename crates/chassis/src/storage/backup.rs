@@ -391,18 +391,24 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
     // (decision 6), so that a writer opening it after a crash resets them.
     let mut copy = 0;
     if let Some(d) = &old {
+        if state.delete_epoch > d.delete_epoch
+            && d.pending_delete_epoch == 0
+            && d.sequence + 1 >= state.sequence
+        {
+            // The destination holds the state an intent header of the source showed (the
+            // commit before it, at the intent's sequence), and the source's next sequence
+            // already carries the deletes: no sequence is left between them for this sync's
+            // own intent header. Replaced whole, as any state it can't be brought from.
+            return Ok(SyncOutcome::Mismatch(
+                "its sequence leaves no room for a delete intent".into(),
+            ));
+        }
         c.write(format::LIVE_PAGE_OFFSET, &[0u8; 8])?;
         copy = 1 - old_copy;
         if state.delete_epoch > d.delete_epoch && d.pending_delete_epoch == 0 {
             let mut intent = d.clone();
             intent.pending_delete_epoch = state.delete_epoch;
             intent.sequence = d.sequence + 1;
-            if intent.sequence >= state.sequence {
-                return Err(Error::corrupt(
-                    "a later delete epoch without a later sequence",
-                    0,
-                ));
-            }
             c.write(format::header_offset(copy), &stamped(&intent))?;
             copy = old_copy;
         }
