@@ -58,6 +58,12 @@ pub trait GraphStore {
     /// vectors may be on disk starts reading it now, so the misses of every vector a search
     /// ranks overlap. Does nothing by default.
     fn will_need_exact(&self, _slot: u32) {}
+    /// Told after a search has ranked `slot` (or named it to [`GraphStore::will_need_exact`]
+    /// and then not needed it) when the walk read codes, so the vector is bytes no walk reads:
+    /// a store whose file is larger than memory gives its pages back, so they don't crowd
+    /// the codes and neighbor lists every search walks out of the page cache. Does nothing by
+    /// default.
+    fn done_with_exact(&self, _slot: u32) {}
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
@@ -700,7 +706,7 @@ fn rank_exactly<S: GraphStore>(
     // the whole vector when the walk read a code.
     let prefetch_exact = |s: &Scored| {
         store.will_need_exact(s.slot);
-        let coded = !by_vectors && store.vector(s.slot).is_some_and(|v| v.is_code());
+        let coded = !by_vectors && is_coded(store, s.slot);
         if let Some(v) = store.exact_vector(s.slot) {
             if coded {
                 prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
@@ -714,6 +720,7 @@ fn rank_exactly<S: GraphStore>(
         .iter()
         .take(k + RANK_PREFETCH_AHEAD)
         .for_each(prefetch_exact);
+    let mut prefetched = order.len().min(k + RANK_PREFETCH_AHEAD);
     // A max-heap of the nearest k so far: its top is the k-th exact distance.
     let nearest = &mut scratch.results;
     nearest.clear();
@@ -723,6 +730,7 @@ fn rank_exactly<S: GraphStore>(
         }
         if let Some(ahead) = order.get(i + k + RANK_PREFETCH_AHEAD) {
             prefetch_exact(ahead);
+            prefetched = i + k + RANK_PREFETCH_AHEAD + 1;
         }
         let Some(v) = store.exact_vector(s.slot) else {
             continue;
@@ -736,9 +744,21 @@ fn rank_exactly<S: GraphStore>(
             nearest.pop();
         }
     }
+    // Vectors ranked after a walk by codes are bytes no walk reads: a file larger than memory
+    // gives them back (and those named ahead but not needed), once every distance is taken.
+    if !by_vectors && order.first().is_some_and(|s| is_coded(store, s.slot)) {
+        order[..prefetched]
+            .iter()
+            .for_each(|s| store.done_with_exact(s.slot));
+    }
     let mut out: Vec<Scored> = nearest.drain().collect();
     out.sort_unstable();
     out
+}
+
+/// Whether a search walks by `slot`'s code rather than its vector.
+fn is_coded<S: GraphStore>(store: &S, slot: u32) -> bool {
+    store.vector(slot).is_some_and(|v| v.is_code())
 }
 
 /// The neighbor-selection heuristic (algorithm 4, without extending or keeping pruned
@@ -1319,6 +1339,125 @@ mod tests {
                 "{metric:?}: ranked {ranked_total} of {}",
                 queries * ef
             );
+        }
+    }
+
+    /// A store of `dims`-dimensional points walked by int8 codes (`coded`) or by vectors,
+    /// recording the slots ranking names to it and gives back.
+    struct CodedPoints {
+        vectors: Vec<Vec<f32>>,
+        codes: Vec<Vec<u8>>,
+        aux: Vec<(f32, f32)>,
+        book: crate::format::codes::Codebook,
+        lists: Vec<Vec<AtomicU32>>,
+        coded: bool,
+        named: Mutex<Vec<u32>>,
+        given_back: Mutex<Vec<u32>>,
+    }
+
+    impl GraphStore for CodedPoints {
+        fn routing_count(&self) -> u32 {
+            self.vectors.len() as u32
+        }
+        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            if self.coded {
+                let code = self.codes.get(slot as usize)?;
+                Some(VectorRef::Code(code, &self.book))
+            } else {
+                self.exact_vector(slot)
+            }
+        }
+        fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.vectors.get(slot as usize).map(|v| VectorRef::F32(v))
+        }
+        fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+            self.aux.get(slot as usize).copied().filter(|_| self.coded)
+        }
+        fn will_need_exact(&self, slot: u32) {
+            self.named.lock().unwrap().push(slot);
+        }
+        fn done_with_exact(&self, slot: u32) {
+            self.given_back.lock().unwrap().push(slot);
+        }
+        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+            self.lists.get(slot as usize).map(|l| &l[..])
+        }
+        fn upper(&self, _: u32, _: usize) -> Option<&[AtomicU32]> {
+            None
+        }
+    }
+
+    /// Fails if a search walked by codes doesn't give back every vector it named for ranking
+    /// (a file larger than memory would keep them crowding its page cache), gives one back
+    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes).
+    /// Split vectors (format 4) are the same case as vectors: their high halves are walked.
+    #[test]
+    fn ranking_after_a_walk_by_codes_gives_back_what_it_named() {
+        use crate::format::codes::{CodeKind, Codebook};
+        let (n, dims, k, ef) = (600usize, 16usize, 10, 48);
+        let mut x = 0x9e37_79b9_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let vectors: Vec<Vec<f32>> = (0..n)
+            .map(|_| (0..dims).map(|_| next()).collect())
+            .collect();
+        let book = Codebook::train(CodeKind::Int8, dims, vectors.iter().map(|v| v.as_slice()));
+        let (mut codes, mut aux) = (Vec::new(), Vec::new());
+        for v in &vectors {
+            let mut code = vec![0u8; CodeKind::Int8.code_bytes(dims as u32) as usize];
+            aux.push(book.encode(v, &mut code));
+            codes.push(code);
+        }
+        let mut store = CodedPoints {
+            lists: (0..n)
+                .map(|_| (0..16).map(|_| AtomicU32::new(EMPTY)).collect())
+                .collect(),
+            vectors,
+            codes,
+            aux,
+            book,
+            coded: false,
+            named: Mutex::default(),
+            given_back: Mutex::default(),
+        };
+        let params = Params {
+            m: 8,
+            m0: 16,
+            ef_construction: 64,
+            max_layers: 1,
+        };
+        let dist = Distance::new(Metric::L2Squared);
+        let mut scratch = Scratch::default();
+        for slot in 0..n as u32 {
+            let entry = (slot > 0).then_some((0, 0));
+            insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
+        }
+        for coded in [true, false] {
+            store.coded = coded;
+            for qi in 0..20 {
+                store.named.lock().unwrap().clear();
+                store.given_back.lock().unwrap().clear();
+                let q: Vec<f32> = (0..dims)
+                    .map(|j| ((qi * 13 + j * 5) % 11) as f32 / 5.5 - 1.0)
+                    .collect();
+                let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
+                assert_eq!(got.len(), k);
+                let mut named = store.named.lock().unwrap().clone();
+                let mut given_back = store.given_back.lock().unwrap().clone();
+                if coded {
+                    let unnamed = got.iter().find(|s| !named.contains(&s.slot));
+                    assert!(unnamed.is_none(), "query {qi}: ranked {unnamed:?} unnamed");
+                    named.sort_unstable();
+                    given_back.sort_unstable();
+                    assert_eq!(given_back, named, "query {qi}");
+                } else {
+                    assert!(given_back.is_empty(), "query {qi}: {given_back:?}");
+                }
+            }
         }
     }
 }

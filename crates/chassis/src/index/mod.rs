@@ -154,6 +154,10 @@ impl GraphStore for View<'_> {
         self.store.will_need_vector(slot)
     }
     #[inline]
+    fn done_with_exact(&self, slot: u32) {
+        self.store.release_vector(slot)
+    }
+    #[inline]
     fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {
         self.store.level0(slot)
     }

@@ -9,6 +9,105 @@
 //! nothing ahead. The budget is the smaller of the machine's memory and every memory cgroup
 //! limit over this process (v1 and v2), read once per process.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How many bytes a process may lock in memory ([`crate::os::Region::keep_resident`]), and
+/// how many it holds. Invariant: `held` never exceeds the `most` passed to a successful
+/// [`LockAllowance::take`], and every take is given back once, when its lock ends.
+#[derive(Default)]
+pub struct LockAllowance {
+    held: AtomicU64,
+    /// Set once the kernel has refused a lock (RLIMIT_MEMLOCK without CAP_IPC_LOCK): no more
+    /// are tried.
+    refused: AtomicBool,
+}
+
+impl LockAllowance {
+    /// Takes `len` bytes if the total held stays within `most` and no lock was refused
+    /// before; false (and nothing taken) otherwise.
+    pub fn take(&self, len: u64, most: u64) -> bool {
+        if self.refused.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(len).filter(|&n| n <= most)
+            })
+            .is_ok()
+    }
+
+    /// Gives back `len` bytes taken: their lock ended (unmapped), or the kernel refused it
+    /// (`refused`: no more locks are tried).
+    pub fn give_back(&self, len: u64, refused: bool) {
+        if refused {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(len))
+            });
+    }
+
+    /// Bytes held.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+/// This process's lock allowance: three quarters of the budget, the rest left for the
+/// process's own memory and the pages it reads once.
+pub fn locks() -> &'static LockAllowance {
+    static LOCKS: LockAllowance = LockAllowance {
+        held: AtomicU64::new(0),
+        refused: AtomicBool::new(false),
+    };
+    &LOCKS
+}
+
+/// Serializes the tests that lock memory (they compare the process's locked total).
+#[cfg(test)]
+pub(crate) static LOCK_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This process's locked memory (VmLck in /proc/self/status), in bytes.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn vm_locked() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Whether the kernel lets this process lock `len` bytes: root (CAP_IPC_LOCK, assumed) or a
+/// soft RLIMIT_MEMLOCK (/proc/self/limits) at least that large, and no lock refused yet.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn may_lock(len: u64) -> bool {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let soft = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))
+        .and_then(|v| v.split_whitespace().next().map(str::to_string));
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false);
+    let within = match soft.as_deref() {
+        Some("unlimited") => true,
+        Some(n) => n.parse::<u64>().is_ok_and(|n| n >= len),
+        None => false,
+    };
+    (root || within) && !locks().refused.load(Ordering::Relaxed)
+}
+
+/// The most bytes [`locks`] lends: three quarters of the budget.
+pub fn lock_most() -> u64 {
+    budget() / 4 * 3
+}
+
 /// Whether a file of `file_len` bytes should be mapped for huge pages.
 pub fn fits_in_memory(file_len: u64) -> bool {
     file_len <= budget() / 2
@@ -116,6 +215,25 @@ mod tests {
         assert_eq!(limit("max\n"), None);
         assert_eq!(limit("9223372036854771712\n"), None);
         assert_eq!(limit_files("garbage"), Vec::new());
+    }
+
+    /// Fails if the allowance lends past its most, loses track of what was given back, or
+    /// keeps lending after the kernel refused a lock.
+    #[test]
+    fn the_lock_allowance_lends_within_its_most_until_refused() {
+        let a = LockAllowance::default();
+        assert!(a.take(600, 1000));
+        assert!(!a.take(401, 1000), "over the most");
+        assert_eq!(a.held(), 600);
+        assert!(a.take(400, 1000));
+        a.give_back(600, false);
+        assert_eq!(a.held(), 400);
+        assert!(a.take(600, 1000));
+        assert!(!a.take(u64::MAX, u64::MAX), "overflow is over the most");
+        a.give_back(100, true);
+        assert_eq!(a.held(), 900);
+        assert!(!a.take(1, 1000), "refused once: no more locks");
+        assert!(lock_most() <= budget());
     }
 
     #[test]

@@ -590,4 +590,51 @@ mod tests {
             }
         }
     }
+
+    /// Fails if a mapping of a file too large for memory doesn't lock what it is asked to keep
+    /// resident (where the kernel allows it), keeps it locked or counted once unmapped, or
+    /// gives pages back to the kernel differently from its lock: or if either changes what
+    /// reads see.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn resident_ranges_stay_locked_while_mapped() {
+        use crate::os::budget;
+        let _one = budget::LOCK_TESTS.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let f = FileStorage::create(&dir.path().join("a")).unwrap();
+        f.grow(8 << 20).unwrap();
+        f.write_at(5000, b"kept").unwrap();
+        f.write_at(3 << 20, b"freed").unwrap();
+        let may = budget::may_lock(1 << 20);
+        let before = (budget::vm_locked(), budget::locks().held());
+        let mut r = f.map(0, 4 << 20, false).unwrap();
+        // As for a file larger than half the memory budget (os/budget.rs).
+        r.set_huge_pages(false);
+        let mut b = [0u8; 5];
+        r.release(3 << 20, 5);
+        r.read(3 << 20, &mut b).unwrap();
+        assert_eq!(&b, b"freed", "a page given back reads the file again");
+        assert_eq!(r.keep_resident(4096, 65_536), may);
+        let want = if may { 65_536 } else { 0 };
+        assert_eq!(budget::vm_locked() - before.0, want);
+        assert_eq!(budget::locks().held() - before.1, want);
+        r.release(3 << 20, 5);
+        r.read(3 << 20, &mut b).unwrap();
+        assert_eq!(&b, b"freed");
+        r.read(5000, &mut b[..4]).unwrap();
+        assert_eq!(&b[..4], b"kept");
+        let clone = r.clone();
+        drop(r);
+        assert_eq!(
+            budget::locks().held() - before.1,
+            want,
+            "a clone keeps the lock"
+        );
+        drop(clone);
+        assert_eq!((budget::vm_locked(), budget::locks().held()), before);
+        // A file that fits locks nothing: its pages are read once and stay.
+        let fits = f.map(0, 4 << 20, false).unwrap();
+        assert!(!fits.keep_resident(4096, 65_536));
+        assert_eq!(budget::locks().held(), before.1);
+    }
 }

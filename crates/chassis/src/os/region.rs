@@ -17,7 +17,24 @@ pub struct Region {
     /// memory budget: os/budget.rs).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     huge_pages: bool,
+    /// Bytes of this mapping locked by [`Region::keep_resident`], shared by its clones and
+    /// given back to the lock allowance when the last one goes (the mapping goes with it).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    locked: Arc<Locked>,
     _keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// Bytes a mapping holds locked (os/budget.rs's allowance).
+#[derive(Default)]
+struct Locked(AtomicU64);
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let n = *self.0.get_mut();
+        if n > 0 {
+            super::budget::locks().give_back(n, false);
+        }
+    }
 }
 
 // SAFETY: a Region is a pointer into a mapping that `_keep` keeps alive; every access goes
@@ -50,6 +67,7 @@ impl Region {
             len,
             writable,
             huge_pages: true,
+            locked: Arc::default(),
             _keep: keep,
         }
     }
@@ -111,30 +129,103 @@ impl Region {
     #[inline]
     pub fn will_need(&self, off: u64, len: u64) {
         #[cfg(target_os = "linux")]
+        self.advise_pages(off, len, rustix::mm::Advice::WillNeed);
+        #[cfg(not(target_os = "linux"))]
+        let _ = (off, len);
+    }
+
+    /// Keeps the pages under `off..off + len` in memory once read, in a file too large for
+    /// memory (Linux only, mlock2 with MLOCK_ONFAULT: a page is locked when first touched, not
+    /// read ahead): the bytes every search walks (codes, neighbor lists) stay resident while
+    /// the vectors it ranks come and go. Under a small memory cgroup the kernel's LRU keeps
+    /// them no better than pages read once: at most about half the cached file pages sit on
+    /// its active list, and a page there is moved back to the inactive list however often it
+    /// is read. Only within the lock allowance (three quarters of the memory budget,
+    /// os/budget.rs), and only where the kernel allows it (RLIMIT_MEMLOCK or CAP_IPC_LOCK): a
+    /// refusal is remembered and nothing else is tried. Returns whether the range is locked.
+    /// Contents never change.
+    pub fn keep_resident(&self, off: u64, len: u64) -> bool {
+        #[cfg(target_os = "linux")]
         if !self.huge_pages {
+            use std::sync::atomic::Ordering;
             let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
-                return;
+                return false;
             };
             let page = rustix::param::page_size();
             let end = off.saturating_add(len).min(self.len);
             if end <= off {
-                return;
+                return false;
             }
             let start = (self.ptr as usize + off) / page * page;
-            let stop = self.ptr as usize + end;
-            // SAFETY: `start..stop` lies inside this live mapping (the mapping starts on a
-            // page boundary, so rounding `start` down to one stays inside it); advice changes
-            // no contents.
-            let _ = unsafe {
-                rustix::mm::madvise(
+            let stop = (self.ptr as usize + end).div_ceil(page) * page;
+            let bytes = (stop - start) as u64;
+            let locks = super::budget::locks();
+            if !locks.take(bytes, super::budget::lock_most()) {
+                return false;
+            }
+            // SAFETY: `start..stop` lies inside this live mapping (it starts on a page
+            // boundary, and the kernel maps whole pages, so rounding out to pages stays inside
+            // it); locking changes no contents, and munmap ends the lock with the mapping.
+            let locked = unsafe {
+                rustix::mm::mlock_with(
                     start as *mut std::ffi::c_void,
                     stop - start,
-                    rustix::mm::Advice::WillNeed,
+                    rustix::mm::MlockFlags::ONFAULT,
                 )
             };
+            if locked.is_err() {
+                locks.give_back(bytes, true);
+                return false;
+            }
+            self.locked.0.fetch_add(bytes, Ordering::Relaxed);
+            return true;
+        }
+        let _ = (off, len);
+        false
+    }
+
+    /// Gives the pages under `off..off + len` back to the kernel now, in a file too large for
+    /// memory whose walked bytes this mapping could not lock ([`Region::keep_resident`]:
+    /// refused, or over the allowance; Linux only, MADV_PAGEOUT on the pages it touches): a
+    /// search is done with a vector it ranked exactly and will most likely not read it again,
+    /// so its page should not push the pages every search walks out of a page cache too small
+    /// for both. Where they are locked the call would only cost a system call. Elsewhere, and
+    /// for a file that fits, nothing. A hint: contents never change, and a later read of the
+    /// range reads the file again.
+    #[inline]
+    pub fn release(&self, off: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        if self.locked.0.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            self.advise_pages(off, len, rustix::mm::Advice::LinuxPageOut);
         }
         #[cfg(not(target_os = "linux"))]
         let _ = (off, len);
+    }
+
+    /// `advice` on the pages `off..off + len` touches, for a file too large for memory only.
+    #[cfg(target_os = "linux")]
+    #[inline]
+    fn advise_pages(&self, off: u64, len: u64, advice: rustix::mm::Advice) {
+        if self.huge_pages {
+            return;
+        }
+        let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
+            return;
+        };
+        let page = rustix::param::page_size();
+        let end = off.saturating_add(len).min(self.len);
+        if end <= off {
+            return;
+        }
+        let start = (self.ptr as usize + off) / page * page;
+        let stop = self.ptr as usize + end;
+        // SAFETY: `start..stop` lies inside this live mapping (the mapping starts on a page
+        // boundary, so rounding `start` down to one stays inside it). Neither advice changes
+        // contents: WILLNEED reads ahead, and PAGEOUT is non-destructive (file mappings here
+        // are shared, so a page it reclaims is written back first if dirty and read from the
+        // file again by the next access, at the same address).
+        let _ =
+            unsafe { rustix::mm::madvise(start as *mut std::ffi::c_void, stop - start, advice) };
     }
 
     /// Whether the region is empty.

@@ -298,6 +298,13 @@ impl GraphStore for View<'_> {
         }
     }
     #[inline]
+    fn done_with_exact(&self, slot: u32) {
+        if let Some((layout, region, off)) = self.place(slot) {
+            let bytes = 4 * u64::from(self.reader.dims);
+            region.release(layout.vectors_at + off * bytes, bytes);
+        }
+    }
+    #[inline]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
         let d = u64::from(self.reader.dims);

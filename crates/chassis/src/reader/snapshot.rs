@@ -537,6 +537,7 @@ impl IndexReader {
             );
             match self.map(file, offset, align_region(layout.bytes), at, &mut file_len) {
                 Ok(m) => {
+                    crate::storage::keep_walk_resident(&m.region, &layout);
                     segments.push((layout, m));
                     changed = true;
                 }

@@ -12,9 +12,21 @@ use std::sync::Arc;
 use super::{no_space, Regions, Segment, Store};
 use crate::error::{Error, Result};
 use crate::format::codes::{self, CodeKind, Codebook};
+use crate::format::geometry::SegmentLayout;
 use crate::format::vector::VectorRef;
 use crate::format::{self, header, table};
-use crate::os::Storage;
+use crate::os::{Region, Storage};
+
+/// In a file with codes, everything of a segment but its vectors (slot headers, level-0
+/// records, aux records, codes: what a search walks by, and the ids it returns) is kept
+/// resident once read where the file is too large for memory ([`Region::keep_resident`]);
+/// the vectors, read only for the few nodes a search ranks, are left to the page cache.
+pub(crate) fn keep_walk_resident(region: &Region, layout: &SegmentLayout) {
+    if layout.code_bytes > 0 {
+        region.keep_resident(layout.records_at, layout.bytes - layout.records_at);
+        region.keep_resident(layout.headers_at, layout.vectors_at - layout.headers_at);
+    }
+}
 
 impl Regions {
     /// The file's code kind (whether or not its codebook is trained yet).
@@ -47,6 +59,17 @@ impl Regions {
             let bytes = 4 * u64::from(self.dims);
             seg.region
                 .will_need(seg.layout.vectors_at + off * bytes, bytes);
+        }
+    }
+
+    /// Gives the pages of `slot`'s vector back in a file too large for memory
+    /// ([`crate::os::Region::release`]): it was just ranked exactly.
+    #[inline]
+    pub fn release_vector(&self, slot: u32) {
+        if let Some((seg, off)) = self.slot_place(slot) {
+            let bytes = 4 * u64::from(self.dims);
+            seg.region
+                .release(seg.layout.vectors_at + off * bytes, bytes);
         }
     }
 
@@ -168,5 +191,42 @@ impl Store {
     /// File offset of the codebook the next commit names (0: none yet).
     pub fn codebook_offset(&self) -> u64 {
         self.codebook_offset
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::os::{budget, FileStorage};
+
+    /// Fails if a segment of a file too large for memory keeps resident anything but the
+    /// bytes a search walks and returns (slot headers, level-0 and aux records, codes), or
+    /// keeps anything resident without codes.
+    #[test]
+    fn everything_but_the_vectors_is_kept_resident_with_codes() {
+        let _one = budget::LOCK_TESTS.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let f = FileStorage::create(&dir.path().join("a")).unwrap();
+        let (slots, dims, m) = (4096, 64, 16);
+        for codes in [CodeKind::Int4, CodeKind::None] {
+            let layout = SegmentLayout::with_codes(slots, dims, m, codes);
+            let len = layout.bytes.div_ceil(65_536) * 65_536;
+            f.grow(len).unwrap();
+            let mut region = f.map(0, len, false).unwrap();
+            region.set_huge_pages(false);
+            let before = (budget::vm_locked(), budget::locks().held());
+            keep_walk_resident(&region, &layout);
+            let page = rustix::param::page_size() as u64;
+            let pages = |from: u64, to: u64| (to.div_ceil(page) - from / page) * page;
+            let want = match codes {
+                CodeKind::None => 0,
+                _ if !budget::may_lock(1 << 20) => 0,
+                _ => pages(layout.records_at, layout.bytes) + pages(0, layout.vectors_at),
+            };
+            assert_eq!(budget::vm_locked() - before.0, want, "{codes:?}");
+            assert_eq!(budget::locks().held() - before.1, want, "{codes:?}");
+            drop(region);
+            assert_eq!((budget::vm_locked(), budget::locks().held()), before);
+        }
     }
 }

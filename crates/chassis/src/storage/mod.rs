@@ -19,6 +19,7 @@ mod backup;
 mod coded;
 mod headers;
 
+pub(crate) use coded::keep_walk_resident;
 use headers::is_unborn;
 pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
@@ -746,6 +747,7 @@ impl Store {
             if self.writable {
                 advise_vectors_huge(&region, &layout);
             }
+            keep_walk_resident(&region, &layout);
             // Slots below N were written and made durable, so their blocks exist.
             let first = self.geometry.segment_first_slot(k);
             let allocated_slots = self
@@ -1005,6 +1007,7 @@ impl Store {
         );
         let (offset, region) = self.append_region(layout.bytes)?;
         advise_vectors_huge(&region, &layout);
+        keep_walk_resident(&region, &layout);
         self.set_table_entry(table::KIND_SEGMENTS, k, offset)?;
         Arc::make_mut(&mut self.regions.segments).push(Segment {
             offset,
