@@ -26,7 +26,11 @@ cache) and cgroup v1's memory controller. What it does:
    earlier pass of the same queries filled. The median QPS and the mean recall@10 are
    reported, with major page faults and the cgroup's peak usage. A process the kernel kills
    for memory is reported as such (hnswlib and FAISS read the whole index into memory; they
-   can't open it under the cap).
+   can't open it under the cap). Also reported: how much the process held locked in memory
+   (VmLck: Chassis locks the bytes its walk reads, everything but the vectors, in a file too
+   large for memory, within three quarters of the cap; docs/ARCHITECTURE.md "Larger than
+   memory"). `--no-lock` runs the capped process as an unprivileged user would: without
+   CAP_IPC_LOCK and with RLIMIT_MEMLOCK at 64 KiB, so the kernel refuses those locks.
 
 The cgroup is set up by hand as:
     mkdir /sys/fs/cgroup/memory/chassis-ltm
@@ -145,6 +149,8 @@ def child(a):
             }
         )
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    status = Path("/proc/self/status").read_text()
+    locked = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("VmLck:")), "0")
     print(
         json.dumps(
             {
@@ -154,6 +160,7 @@ def child(a):
                 "rows": rows,
                 "major_faults": ru.ru_majflt,
                 "max_rss_mib": ru.ru_maxrss / 1024,
+                "locked_mib": int(locked) / 1024,
             }
         ),
         flush=True,
@@ -208,6 +215,12 @@ def run_child(a, system, path, cache, capped, limit):
 
         def pre():
             (CGROUP / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            if a.no_lock:
+                resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, 64 << 10))
+
+        if a.no_lock:
+            # Root may lock past RLIMIT_MEMLOCK (CAP_IPC_LOCK): drop the capability for good.
+            cmd = ["setpriv", "--bounding-set", "-ipc_lock", "--inh-caps", "-ipc_lock", "--", *cmd]
 
         evict(path)
     else:
@@ -215,7 +228,12 @@ def run_child(a, system, path, cache, capped, limit):
     t0 = time.perf_counter()
     p = subprocess.run(cmd, preexec_fn=pre, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    out = {"system": system, "capped": capped, "limit_bytes": limit if capped else None}
+    out = {
+        "system": system,
+        "capped": capped,
+        "limit_bytes": limit if capped else None,
+        "locks_allowed": not (capped and a.no_lock),
+    }
     if capped:
         out["peak_bytes"] = int((CGROUP / "memory.max_usage_in_bytes").read_text())
         out["failcnt"] = int((CGROUP / "memory.failcnt").read_text())
@@ -241,6 +259,11 @@ def main():
     )
     ap.add_argument("--fraction", type=float, default=0.25, help="cap / Chassis file size")
     ap.add_argument("--threads", type=int, default=2, help="build threads")
+    ap.add_argument(
+        "--no-lock",
+        action="store_true",
+        help="capped process without CAP_IPC_LOCK, RLIMIT_MEMLOCK 64 KiB (locks refused)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--system", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
@@ -288,7 +311,10 @@ def main():
                         f"   ef {row['ef']:4d}  recall {row['recall']:.3f}  QPS {row['qps']:,.0f}"
                         f"  major faults a query {row['faults_per_query']:.1f}"
                     )
-                print(f"   major faults {r['major_faults']:,}, warm-up {r['warmup_s']:.1f} s")
+                print(
+                    f"   major faults {r['major_faults']:,}, warm-up {r['warmup_s']:.1f} s,"
+                    f" locked {r.get('locked_mib', 0):,.0f} MiB"
+                )
     meta = {
         "n": a.n,
         "dims": DIMS,
@@ -298,7 +324,8 @@ def main():
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
     }
-    (OUT / f"results-{a.n}-{a.fraction}.json").write_text(json.dumps(meta, indent=1))
+    tag = "-nolock" if a.no_lock else ""
+    (OUT / f"results-{a.n}-{a.fraction}{tag}.json").write_text(json.dumps(meta, indent=1))
     print(f"cap: {limit / 2**30:.2f} GiB = {a.fraction} x {ref.name}")
 
 
