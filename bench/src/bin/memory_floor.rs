@@ -1,8 +1,8 @@
 //! The memory floor: what it costs one core to bring in the bytes one distance reads, by
 //! layout, with no graph and no arithmetic beyond touching them.
 //!
-//! For each data set of the harness and each layout (int8 codes: dims bytes; format 4's high
-//! halves: 2 · dims; f32: 4 · dims), allocates as many rows as the set has vectors (advised
+//! For each data set of the harness and each layout (int4 codes: dims / 2 bytes; int8 codes:
+//! dims; format 4's high halves: 2 · dims; f32: 4 · dims), allocates as many rows as the set has vectors (advised
 //! for huge pages, as the reader maps its file), visits them in a seeded random order in
 //! groups of 16 (about what a walk scores from one neighbor list), prefetching every line of
 //! a group's rows before reading any, as a search does, and reads every 8-byte word of each
@@ -88,6 +88,7 @@ fn main() {
         ("synth-100k-1536", 100_000, 1536),
     ] {
         for (layout, bytes) in [
+            ("int4 codes", dims / 2),
             ("int8 codes", dims),
             ("format 4 high halves", 2 * dims),
             ("f32 (format 3, hnswlib)", 4 * dims),
