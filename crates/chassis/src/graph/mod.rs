@@ -1390,7 +1390,6 @@ mod tests {
     /// Fails if a search walked by codes doesn't give back every vector it named for ranking
     /// (a file larger than memory would keep them crowding its page cache), gives one back
     /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes).
-    /// Split vectors (format 4) are the same case as vectors: their high halves are walked.
     #[test]
     fn ranking_after_a_walk_by_codes_gives_back_what_it_named() {
         use crate::format::codes::{CodeKind, Codebook};

@@ -1,4 +1,9 @@
 //! A mapped byte range of the file, shared with other mappings and processes.
+//!
+//! Invariants: a Region never lends a byte outside its mapping; advice (huge pages, read
+//! ahead, give back) never changes what a read sees; and the bytes [`Region::keep_resident`]
+//! locked are counted in os/budget.rs's lock allowance for exactly as long as the mapping
+//! lives (the kernel ends the lock at munmap, the last clone gives the count back).
 
 use std::any::Any;
 use std::io;
