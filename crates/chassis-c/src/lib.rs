@@ -307,6 +307,29 @@ pub extern "C" fn chassis_version() -> *const c_char {
     VERSION.as_ptr()
 }
 
+/// Sets the most bytes of index files this process keeps locked in memory: `UINT64_MAX` for
+/// the default (three quarters of the process's memory, the machine's or its cgroup limit), 0
+/// to turn locking off. Only a file with codes larger than half that memory locks anything:
+/// the bytes every search walks, so the page cache can't evict them for the vectors each
+/// query reads once (the README, "Codes"). Applies to files opened and segments mapped after
+/// the call. Locking needs RLIMIT_MEMLOCK (`ulimit -l`) at least the bytes locked, or
+/// CAP_IPC_LOCK; refused, it is not tried again and searches go on unlocked.
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn chassis_set_resident_limit(bytes: u64) {
+    chassis::set_resident_limit((bytes != u64::MAX).then_some(bytes))
+}
+
+/// Bytes of index files this process holds locked in memory now (see
+/// `chassis_set_resident_limit`).
+///
+/// Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn chassis_resident_bytes() -> u64 {
+    chassis::resident_bytes()
+}
+
 /// The message of the last failed call on this thread ("" after a success). Valid until the
 /// next Chassis call on the same thread; never free it.
 ///

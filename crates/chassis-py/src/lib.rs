@@ -960,6 +960,20 @@ fn shard_of<'py>(
     Ok(out.into_pyarray(py))
 }
 
+/// Sets the most bytes of index files this process keeps locked in memory
+/// (`chassis::set_resident_limit`): `None` for the default, 0 to turn locking off.
+#[pyfunction]
+#[pyo3(signature = (limit))]
+fn set_resident_limit(limit: Option<u64>) {
+    chassis::set_resident_limit(limit)
+}
+
+/// Bytes of index files this process holds locked in memory now (`chassis::resident_bytes`).
+#[pyfunction]
+fn resident_bytes() -> u64 {
+    chassis::resident_bytes()
+}
+
 #[pymodule]
 fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -967,6 +981,8 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RawCollection>()?;
     m.add_function(wrap_pyfunction!(shard_of, m)?)?;
     m.add_function(wrap_pyfunction!(apply_patch, m)?)?;
+    m.add_function(wrap_pyfunction!(set_resident_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(resident_bytes, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     for (name, ty) in [
         ("ChassisError", py.get_type::<ChassisError>()),

@@ -474,3 +474,23 @@ def test_patches_keep_a_copy_elsewhere_current(tmp_path):
         chassis.apply_patch(far / "copy.chassis", patch)  # already applied: out of step
     with pytest.raises(chassis.InvalidArgumentError):
         chassis.apply_patch(far / "copy.chassis", b"CHPATCH\0 not really")
+
+
+def test_resident_limit_and_bytes(tmp_path):
+    # A file that fits in memory locks nothing, whatever the limit; the limit takes None
+    # (the default), 0 (off) and a number of bytes, and refuses a negative one.
+    rng = np.random.default_rng(5)
+    ix = chassis.Index.create(tmp_path / "r.chassis", dims=16, metric="l2", codes="int4")
+    ix.add(rng.standard_normal((1500, 16)).astype(np.float32))
+    ix.flush()
+    try:
+        for limit in (0, 1 << 20, None):
+            chassis.set_resident_limit(limit)
+            ids, _ = ix.search(rng.standard_normal(16).astype(np.float32), k=5)
+            assert np.asarray(ids).size == 5
+            assert chassis.resident_bytes() == 0
+        with pytest.raises(chassis.InvalidArgumentError):
+            chassis.set_resident_limit(-1)
+    finally:
+        chassis.set_resident_limit(None)
+        ix.close()

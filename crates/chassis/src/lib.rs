@@ -56,6 +56,7 @@ pub use index::{
     OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M, DEFAULT_MAX_LAYERS,
     DEFAULT_SEED,
 };
+pub use os::budget::{resident_bytes, set_resident_limit};
 pub use query::Neighbor;
 pub use reader::{
     FieldSummary, IndexReader, MetadataSummary, ReaderStats, Snapshot, HEADER_REREADS,

@@ -75,6 +75,10 @@ int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/c.chassis", argv[1]);
     CHECK(strlen(chassis_version()) > 0, "version");
+    /* Small files lock nothing, whatever the limit. */
+    chassis_set_resident_limit(0);
+    CHECK(chassis_resident_bytes() == 0, "nothing locked");
+    chassis_set_resident_limit(UINT64_MAX);
 
     chassis_index *ix = NULL;
     CHECK(chassis_create(path, 0, CHASSIS_METRIC_COSINE, 0, 0, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,

@@ -53,6 +53,8 @@ from ._chassis import (  # noqa: F401,E402  (re-exported)
     TooNewError,
     __version__,
     apply_patch as _apply_patch,
+    resident_bytes as _resident_bytes,
+    set_resident_limit as _set_resident_limit,
     shard_of as _shard_of,
 )
 
@@ -61,6 +63,8 @@ __all__ = [
     "Collection",
     "shard_of",
     "apply_patch",
+    "set_resident_limit",
+    "resident_bytes",
     "migrate_hnswlib",
     "MISSING_ID",
     "ChassisError",
@@ -507,6 +511,28 @@ def apply_patch(dst, patch: bytes) -> dict:
     ``dst`` untouched: ask for a full patch). A crash while replaying leaves ``dst`` at its
     previous state or the new one. Returns what it did, as :meth:`Index.backup`."""
     return _apply_patch(os.fspath(dst), bytes(patch))
+
+
+def set_resident_limit(limit) -> None:
+    """Sets the most bytes of index files this process keeps locked in memory. Only a file
+    with codes larger than half the process's memory (the machine's, or its cgroup limit, page
+    cache included) locks anything: the bytes every search walks (codes, neighbor lists, slot
+    headers), so the page cache can't evict them for the vectors each query reads once.
+    ``None`` restores the default, three quarters of that memory; ``0`` turns locking off (the
+    page cache alone decides, 2.5 to 3x slower under a tight cap). Applies to files opened and
+    segments mapped after the call. Locking needs ``ulimit -l`` (RLIMIT_MEMLOCK) at least the
+    bytes locked, or CAP_IPC_LOCK; refused, it is not tried again."""
+    if limit is not None:
+        limit = int(limit)
+        if limit < 0:
+            raise InvalidArgumentError(f"resident limit must be >= 0 bytes, got {limit}")
+    _set_resident_limit(limit)
+
+
+def resident_bytes() -> int:
+    """Bytes of index files this process holds locked in memory now (see
+    :func:`set_resident_limit`); 0 where no file is larger than memory or locks are refused."""
+    return int(_resident_bytes())
 
 
 def shard_of(ids, shards: int) -> np.ndarray:

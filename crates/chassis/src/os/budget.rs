@@ -103,9 +103,34 @@ pub(crate) fn may_lock(len: u64) -> bool {
     (root || within) && !locks().refused.load(Ordering::Relaxed)
 }
 
-/// The most bytes [`locks`] lends: three quarters of the budget.
+/// The limit [`set_resident_limit`] set; `u64::MAX` for the default.
+static RESIDENT_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Sets the most bytes of index files this process keeps locked in memory (docs/ARCHITECTURE.md,
+/// "Keeping the walk resident"): `None` for the default, three quarters of the memory budget
+/// ([`budget`]); `Some(0)` turns locking off, so the page cache alone decides what stays.
+/// Only files with codes larger than half the budget lock anything. Applies to mappings made
+/// after the call (an index opened, a segment added, a reader's next snapshot of a grown
+/// file); locks already held stay until their mapping goes. A limit above what the process
+/// can spare leaves its own allocations less room under a memory cgroup: locked pages are
+/// never reclaimed.
+pub fn set_resident_limit(bytes: Option<u64>) {
+    let n = bytes.map_or(u64::MAX, |b| b.min(u64::MAX - 1));
+    RESIDENT_LIMIT.store(n, Ordering::Relaxed);
+}
+
+/// Bytes of index files this process holds locked in memory now ([`set_resident_limit`]).
+pub fn resident_bytes() -> u64 {
+    locks().held()
+}
+
+/// The most bytes [`locks`] lends: [`set_resident_limit`]'s, by default three quarters of the
+/// budget.
 pub fn lock_most() -> u64 {
-    budget() / 4 * 3
+    match RESIDENT_LIMIT.load(Ordering::Relaxed) {
+        u64::MAX => budget() / 4 * 3,
+        n => n,
+    }
 }
 
 /// Whether a file of `file_len` bytes should be mapped for huge pages.

@@ -636,5 +636,15 @@ mod tests {
         let fits = f.map(0, 4 << 20, false).unwrap();
         assert!(!fits.keep_resident(4096, 65_536));
         assert_eq!(budget::locks().held(), before.1);
+        // A limit of 0 turns locking off; the default comes back with None.
+        let mut r = f.map(0, 4 << 20, false).unwrap();
+        r.set_huge_pages(false);
+        budget::set_resident_limit(Some(0));
+        assert!(!r.keep_resident(4096, 65_536));
+        assert_eq!(budget::resident_bytes(), before.1);
+        budget::set_resident_limit(None);
+        assert_eq!(r.keep_resident(4096, 65_536), may);
+        assert_eq!(budget::resident_bytes() - before.1, want);
+        assert_eq!(budget::lock_most(), budget::budget() / 4 * 3);
     }
 }
