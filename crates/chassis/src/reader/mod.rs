@@ -210,6 +210,14 @@ impl Slots<'_> {
         Some((layout, &m.region, off))
     }
 
+    /// Where `slot`'s vector lies: its segment's region, the offset in it, the length.
+    #[inline]
+    fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
+        let (layout, region, off) = self.place(slot)?;
+        let bytes = 4 * u64::from(self.reader.dims);
+        Some((region, layout.vectors_at + off * bytes, bytes))
+    }
+
     fn slot_word(&self, slot: u32, field: u64) -> Option<u64> {
         let (layout, region, off) = self.place(slot)?;
         let at = layout.headers_at + off * record::SLOT_HEADER_BYTES + field;
@@ -292,16 +300,14 @@ impl GraphStore for View<'_> {
     }
     #[inline]
     fn will_need_exact(&self, slot: u32) {
-        if let Some((layout, region, off)) = self.place(slot) {
-            let bytes = 4 * u64::from(self.reader.dims);
-            region.will_need(layout.vectors_at + off * bytes, bytes);
+        if let Some((region, at, len)) = self.vector_range(slot) {
+            region.will_need(at, len);
         }
     }
     #[inline]
     fn done_with_exact(&self, slot: u32) {
-        if let Some((layout, region, off)) = self.place(slot) {
-            let bytes = 4 * u64::from(self.reader.dims);
-            region.release(layout.vectors_at + off * bytes, bytes);
+        if let Some((region, at, len)) = self.vector_range(slot) {
+            region.release(at, len);
         }
     }
     #[inline]

@@ -51,14 +51,20 @@ impl Regions {
             .map(|c| VectorRef::Code(c, book))
     }
 
+    /// Where `slot`'s vector lies: its segment's region, the offset in it, the length.
+    #[inline]
+    fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
+        let (seg, off) = self.slot_place(slot)?;
+        let bytes = 4 * u64::from(self.dims);
+        Some((&seg.region, seg.layout.vectors_at + off * bytes, bytes))
+    }
+
     /// Starts reading the vector of `slot` in a file too large for memory, without waiting
     /// ([`crate::os::Region::will_need`]): it is about to be ranked exactly.
     #[inline]
     pub fn will_need_vector(&self, slot: u32) {
-        if let Some((seg, off)) = self.slot_place(slot) {
-            let bytes = 4 * u64::from(self.dims);
-            seg.region
-                .will_need(seg.layout.vectors_at + off * bytes, bytes);
+        if let Some((region, at, len)) = self.vector_range(slot) {
+            region.will_need(at, len);
         }
     }
 
@@ -66,10 +72,8 @@ impl Regions {
     /// ([`crate::os::Region::release`]): it was just ranked exactly.
     #[inline]
     pub fn release_vector(&self, slot: u32) {
-        if let Some((seg, off)) = self.slot_place(slot) {
-            let bytes = 4 * u64::from(self.dims);
-            seg.region
-                .release(seg.layout.vectors_at + off * bytes, bytes);
+        if let Some((region, at, len)) = self.vector_range(slot) {
+            region.release(at, len);
         }
     }
 
