@@ -151,38 +151,21 @@ impl Region {
     /// Contents never change.
     pub fn keep_resident(&self, off: u64, len: u64) -> bool {
         #[cfg(target_os = "linux")]
-        if !self.huge_pages {
+        if let Some((addr, bytes)) = self.pages_of(off, len) {
             use std::sync::atomic::Ordering;
-            let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
-                return false;
-            };
-            let page = rustix::param::page_size();
-            let end = off.saturating_add(len).min(self.len);
-            if end <= off {
-                return false;
-            }
-            let start = (self.ptr as usize + off) / page * page;
-            let stop = (self.ptr as usize + end).div_ceil(page) * page;
-            let bytes = (stop - start) as u64;
             let locks = super::budget::locks();
-            if !locks.take(bytes, super::budget::lock_most()) {
+            if !locks.take(bytes as u64, super::budget::lock_most()) {
                 return false;
             }
-            // SAFETY: `start..stop` lies inside this live mapping (it starts on a page
-            // boundary, and the kernel maps whole pages, so rounding out to pages stays inside
-            // it); locking changes no contents, and munmap ends the lock with the mapping.
-            let locked = unsafe {
-                rustix::mm::mlock_with(
-                    start as *mut std::ffi::c_void,
-                    stop - start,
-                    rustix::mm::MlockFlags::ONFAULT,
-                )
-            };
+            use rustix::mm::{mlock_with, MlockFlags};
+            // SAFETY: `addr..addr + bytes` lies inside this live mapping (`pages_of`); locking
+            // changes no contents, and munmap ends the lock with the mapping.
+            let locked = unsafe { mlock_with(addr, bytes, MlockFlags::ONFAULT) };
             if locked.is_err() {
-                locks.give_back(bytes, true);
+                locks.give_back(bytes as u64, true);
                 return false;
             }
-            self.locked.0.fetch_add(bytes, Ordering::Relaxed);
+            self.locked.0.fetch_add(bytes as u64, Ordering::Relaxed);
             return true;
         }
         let _ = (off, len);
@@ -207,30 +190,40 @@ impl Region {
         let _ = (off, len);
     }
 
-    /// `advice` on the pages `off..off + len` touches, for a file too large for memory only.
+    /// The whole pages under `off..off + len` (clamped to the region), as an address and a
+    /// length, in a file too large for memory only (`None` for one that fits, or nothing to
+    /// cover). They lie inside the mapping: it starts on a page boundary and the kernel maps
+    /// whole pages, so rounding out to pages stays inside it.
     #[cfg(target_os = "linux")]
     #[inline]
-    fn advise_pages(&self, off: u64, len: u64, advice: rustix::mm::Advice) {
+    fn pages_of(&self, off: u64, len: u64) -> Option<(*mut std::ffi::c_void, usize)> {
         if self.huge_pages {
-            return;
+            return None;
         }
         let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
-            return;
+            return None;
         };
         let page = rustix::param::page_size();
         let end = off.saturating_add(len).min(self.len);
         if end <= off {
-            return;
+            return None;
         }
         let start = (self.ptr as usize + off) / page * page;
-        let stop = self.ptr as usize + end;
-        // SAFETY: `start..stop` lies inside this live mapping (the mapping starts on a page
-        // boundary, so rounding `start` down to one stays inside it). Neither advice changes
-        // contents: WILLNEED reads ahead, and PAGEOUT is non-destructive (file mappings here
-        // are shared, so a page it reclaims is written back first if dirty and read from the
-        // file again by the next access, at the same address).
-        let _ =
-            unsafe { rustix::mm::madvise(start as *mut std::ffi::c_void, stop - start, advice) };
+        let stop = (self.ptr as usize + end).div_ceil(page) * page;
+        Some((start as *mut std::ffi::c_void, stop - start))
+    }
+
+    /// `advice` on the pages `off..off + len` touches, for a file too large for memory only.
+    #[cfg(target_os = "linux")]
+    #[inline]
+    fn advise_pages(&self, off: u64, len: u64, advice: rustix::mm::Advice) {
+        if let Some((addr, bytes)) = self.pages_of(off, len) {
+            // SAFETY: `addr..addr + bytes` lies inside this live mapping (`pages_of`). Neither
+            // advice changes contents: WILLNEED reads ahead, and PAGEOUT is non-destructive
+            // (file mappings here are shared, so a page it reclaims is written back first if
+            // dirty and read from the file again by the next access, at the same address).
+            let _ = unsafe { rustix::mm::madvise(addr, bytes, advice) };
+        }
     }
 
     /// Whether the region is empty.

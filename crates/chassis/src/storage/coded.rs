@@ -198,16 +198,16 @@ impl Store {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::os::{budget, FileStorage};
-
     /// Fails if a segment of a file too large for memory keeps resident anything but the
     /// bytes a search walks and returns (slot headers, level-0 and aux records, codes), or
     /// keeps anything resident without codes.
+    #[cfg(target_os = "linux")]
     #[test]
     fn everything_but_the_vectors_is_kept_resident_with_codes() {
+        use super::*;
+        use crate::os::{budget, FileStorage};
         let _one = budget::LOCK_TESTS.lock();
         let dir = tempfile::tempdir().unwrap();
         let f = FileStorage::create(&dir.path().join("a")).unwrap();
