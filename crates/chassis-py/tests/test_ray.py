@@ -14,6 +14,11 @@ from ray.cluster_utils import Cluster
 import chassis
 import chassis.ray as cray
 
+# Seconds a new Ray node may take to register: Ray's default of 30 was missed once on a
+# two-core machine busy with other work (a node starts several processes); joining fast is not
+# what these tests check.
+NODE_JOIN_TIMEOUT = 180
+
 
 def clustered(n, dims, seed=1):
     rng = np.random.default_rng(seed)
@@ -32,7 +37,7 @@ def cluster():
     for _ in range(2):
         c.add_node(num_cpus=1, resources={"replica": 1})
     ray.init(address=c.address, include_dashboard=False, logging_level="ERROR")
-    c.wait_for_nodes()
+    c.wait_for_nodes(timeout=NODE_JOIN_TIMEOUT)
     yield c
     ray.shutdown()
     c.shutdown()
@@ -89,7 +94,7 @@ def test_a_node_killed_mid_stream_loses_no_query(cluster, tmp_path):
     with chassis.Collection.create(path, dims=16, metric="l2", shards=4, M=8) as c:
         c.add(DATA[:2000])
     cluster.add_node(num_cpus=1, resources={"replica": 1})  # a third node for replicas
-    cluster.wait_for_nodes()
+    cluster.wait_for_nodes(timeout=NODE_JOIN_TIMEOUT)
     served = cray.ServedCollection.start(
         path, replicas=2, writer_resources={"head": 0.01}, replica_resources={"replica": 0.01}
     )
