@@ -12,7 +12,9 @@
 //! [`Distance::walk`]: the exact distance for f32 vectors, and for vectors split in halves the
 //! distance to their high halves (each value truncated to bfloat16, half the bytes read), then
 //! ranks what it found by [`Distance::exact`], as far as [`Distance::exact_lower_bound`] leaves
-//! a found vector in doubt.
+//! a found vector in doubt. Codes are walked by [`Distance::walk_batch`]: integer byte
+//! products against a query prepared for their codebook ([`CodedQuery`]) where the CPU has
+//! AVX-512 VNNI, within a known error of the f32 code kernels [`Distance::walk`] uses.
 
 use std::sync::OnceLock;
 
@@ -199,6 +201,10 @@ type CodesKernel = fn(&[f32], &[f32], &[f32], [&[u8]; BATCH_WIDTH]) -> [f32; BAT
 /// The same to one code.
 type CodeKernel = fn(&[f32], &[f32], &[f32], &[u8]) -> f32;
 
+/// The same sums for a query prepared for the codes' codebook ([`CodedQuery`]), by integer
+/// byte products: within [`CodedQuery::error_for`] of the f32 code kernels.
+type IntegerKernel = fn(&CodedQuery, [&[u8]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
+
 /// A metric bound to a kernel: the one function the graph calls for every distance.
 #[derive(Clone, Copy)]
 pub struct Distance {
@@ -211,6 +217,8 @@ pub struct Distance {
     halves_batch: Option<HalvesBatchKernel>,
     codes: CodesKernel,
     code: CodeKernel,
+    /// None where the CPU lacks AVX-512 VNNI (the f32 code kernels serve).
+    integer: Option<IntegerKernel>,
 }
 
 impl std::fmt::Debug for Distance {
@@ -309,6 +317,16 @@ impl Distance {
             (Metric::L2Squared, _) => |q, lo, s, c| portable::codes::<true, 1>(q, lo, s, [c])[0],
             (_, _) => |q, lo, s, c| portable::codes::<false, 1>(q, lo, s, [c])[0],
         };
+        let integer: Option<IntegerKernel> = match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512
+                if std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vnni") =>
+            {
+                Some(x86::integer_codes)
+            }
+            _ => None,
+        };
         Distance {
             metric,
             level,
@@ -318,7 +336,19 @@ impl Distance {
             halves_batch,
             codes,
             code,
+            integer,
         }
+    }
+
+    /// The same distance without the integer code kernels (for comparisons).
+    pub fn without_integer_kernels(mut self) -> Distance {
+        self.integer = None;
+        self
+    }
+
+    /// Whether walks by codes use the integer kernels ([`Distance::walk_batch`]).
+    pub fn has_integer_kernels(&self) -> bool {
+        self.integer.is_some()
     }
 
     /// The metric.
@@ -376,9 +406,43 @@ impl Distance {
     /// in flight (for vectors of [`BATCH_MIN_DIMS`] and more); a short last group is padded
     /// with its own last vector, whose lines are already on their way.
     pub fn walk_many(&self, q: &[f32], vs: &[VectorRef<'_>], out: &mut [f32]) {
+        self.walk_groups(q, None, vs, out);
+    }
+
+    /// [`Distance::walk_many`] for a search, which scores codes by the integer kernels where
+    /// the CPU has them, with `coded` prepared from `q` for their codebook on first use (the
+    /// caller forgets it when the query changes): each such distance is within
+    /// [`CodedQuery::error_for`] of [`Distance::walk_many`]'s.
+    pub fn walk_batch(
+        &self,
+        q: &[f32],
+        coded: &mut CodedQuery,
+        vs: &[VectorRef<'_>],
+        out: &mut [f32],
+    ) {
+        self.walk_groups(q, Some(coded), vs, out);
+    }
+
+    fn walk_groups(
+        &self,
+        q: &[f32],
+        mut coded: Option<&mut CodedQuery>,
+        vs: &[VectorRef<'_>],
+        out: &mut [f32],
+    ) {
         let out = &mut out[..vs.len()];
         let batched = q.len() >= BATCH_MIN_DIMS && vs.len() > 1;
         for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
+            if let (Some(integer), Some(coded)) = (self.integer, coded.as_deref_mut()) {
+                if let Some((book, g)) = codes_group(q.len(), group) {
+                    if coded.prepare(q, book, self.metric == Metric::L2Squared) {
+                        for (o, d) in o.iter_mut().zip(integer(coded, g)) {
+                            *o = self.finish_code(d);
+                        }
+                        continue;
+                    }
+                }
+            }
             // Codes are batched at every length: the query's terms are shared by the group.
             if group.len() > 1 {
                 if let Some((book, g)) = codes_group(q.len(), group) {
@@ -744,6 +808,9 @@ mod portable {
     }
 }
 
+mod coded_query;
+pub use coded_query::CodedQuery;
+
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -895,6 +962,70 @@ mod tests {
         assert_eq!(Metric::parse("manhattan"), None);
     }
 
+    /// Fails if the integer code kernels read past a code, mislay a dimension (int4's even and
+    /// odd halves, a short last block) or sum other than exactly: at every length, for int8
+    /// and int4 codes under both metrics they serve, each of a batch must equal the scalar
+    /// integer reference; and their error must stay a small part of int8's proved margin
+    /// ‖q‖·ε (the reason for 14-bit weights: at 8 bits it was several times the margin).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn integer_code_kernels_match_their_reference_at_every_length() {
+        let d = Distance::new(Metric::Cosine);
+        if !d.has_integer_kernels() {
+            return;
+        }
+        for n in 1..300 {
+            for kind in [CodeKind::Int8, CodeKind::Int4] {
+                let train: Vec<Vec<f32>> = (0..16).map(|t| data(n, 500 + t)).collect();
+                let book = Codebook::train(kind, n, train.iter().map(|t| t.as_slice()));
+                // Codes exactly as long as their values (no padding) to catch overreads.
+                let codes: Vec<Vec<u8>> = (0..BATCH_WIDTH as u64)
+                    .map(|j| {
+                        let mut c = vec![0u8; kind.code_bytes(n as u32) as usize];
+                        book.encode(&data(n, 900 + j), &mut c);
+                        c.truncate(kind.packed_bytes(n as u32));
+                        c
+                    })
+                    .collect();
+                let group: [&[u8]; BATCH_WIDTH] = std::array::from_fn(|j| codes[j].as_slice());
+                let q = unit(&data(n, 77));
+                for l2 in [false, true] {
+                    let mut coded = CodedQuery::default();
+                    if !coded.prepare(&q, &book, l2) {
+                        assert!(l2 && kind == CodeKind::Int8, "{kind:?} n={n}");
+                        continue;
+                    }
+                    let got = x86::integer_codes(&coded, group);
+                    for (g, c) in got.iter().zip(&codes) {
+                        let want = coded.score_scalar(c);
+                        assert!(
+                            (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{kind:?} l2={l2} n={n}: {g} against {want}"
+                        );
+                    }
+                    if kind == CodeKind::Int8 && n >= 32 {
+                        let mut c = vec![0u8; kind.code_bytes(n as u32) as usize];
+                        let (eps, _) = book.encode(&data(n, 901), &mut c);
+                        let margin = eps; // ‖q‖ = 1
+                        assert!(
+                            coded.error_for(&book) < 0.05 * margin,
+                            "n={n}: error {} against margin {margin}",
+                            coded.error_for(&book)
+                        );
+                    }
+                }
+            }
+        }
+        // A non-finite query makes every distance NaN, which no bound is below.
+        let book = Codebook::train(CodeKind::Int4, 8, [data(8, 1).as_slice()]);
+        let mut coded = CodedQuery::default();
+        let mut q = data(8, 2);
+        q[3] = f32::NAN;
+        assert!(coded.prepare(&q, &book, false));
+        assert!(coded.error_for(&book).is_nan());
+        assert!(x86::integer_codes(&coded, [&[0u8; 4][..]; BATCH_WIDTH])[0].is_nan());
+    }
+
     /// Unit length as the writer makes it for cosine (norm in f64, divided in f32).
     fn unit(v: &[f32]) -> Vec<f32> {
         let norm = reference::dot(v, v).sqrt();
@@ -958,7 +1089,22 @@ mod tests {
                             "{metric:?} {level:?} n={n}: walked {w}, decoded {want}"
                         );
                     }
-                    for w in [walked, walked_many[0], walked_many[2]] {
+                    // A search's batches (the integer kernels where the CPU has them) are
+                    // within the prepared query's error of the same, and the bound less that
+                    // error still holds.
+                    let mut coded = CodedQuery::default();
+                    let mut walked_batch = [0.0f32; 3];
+                    d.walk_batch(q, &mut coded, &[r, r, r], &mut walked_batch);
+                    let q_error = coded.error_for(&book);
+                    proptest::prop_assert!(d.has_integer_kernels() || q_error == 0.0);
+                    for w in walked_batch {
+                        proptest::prop_assert!(
+                            (w - want).abs() <= q_error + 1e-4 * (1.0 + size * size),
+                            "{metric:?} {level:?} n={n}: batch {w}, decoded {want}, error {q_error}"
+                        );
+                    }
+                    let batched = walked_batch.map(|w| w - q_error);
+                    for w in [walked, walked_many[0], walked_many[2]].into_iter().chain(batched) {
                         let bound = d.code_lower_bound(q_norm, w, eps, norm, book.lo_norm(), n);
                         proptest::prop_assert!(
                             bound <= exact,

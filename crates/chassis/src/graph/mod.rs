@@ -31,7 +31,7 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub use distance::{AlignedVector, Distance, Metric, SimdLevel, VectorRef};
+pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, VectorRef};
 pub use visited::VisitedSet;
 
 /// The empty neighbor word.
@@ -164,6 +164,9 @@ pub struct Scratch {
     results: BinaryHeap<Scored>,
     /// A split vector joined for an exact distance.
     exact: Vec<f32>,
+    /// The query prepared for the integer code kernels ([`Distance::walk_batch`]); forgotten
+    /// at the start of every walk or scan.
+    coded: CodedQuery,
     /// Distance computations made since this scratch was created (for benchmarks).
     pub distance_count: u64,
     /// Nodes a prune dropped although they needed the edge (no room to keep them): given a
@@ -243,6 +246,7 @@ fn score_chunk<S: GraphStore>(
     words: &[AtomicU32],
     mut keep: impl FnMut(u32) -> bool,
     count: &mut u64,
+    coded: &mut CodedQuery,
 ) -> ([u32; BATCH], [f32; BATCH], usize) {
     let mut slots = [0u32; BATCH];
     let mut vectors = [VectorRef::F32(&[]); BATCH];
@@ -260,7 +264,7 @@ fn score_chunk<S: GraphStore>(
         }
     }
     let mut distances = [0f32; BATCH];
-    dist.walk_many(q, &vectors[..len], &mut distances);
+    dist.walk_batch(q, coded, &vectors[..len], &mut distances);
     *count += len as u64;
     (slots, distances, len)
 }
@@ -286,6 +290,20 @@ pub fn greedy_descent<S: GraphStore>(
     store: &S,
     dist: &Distance,
     q: &[f32],
+    cur: Scored,
+    layer_from: usize,
+    layer_to: usize,
+    scratch: &mut Scratch,
+) -> Scored {
+    scratch.coded.forget();
+    descend(store, dist, q, cur, layer_from, layer_to, scratch)
+}
+
+/// [`greedy_descent`] for a query `scratch.coded` was already forgotten for.
+fn descend<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    q: &[f32],
     mut cur: Scored,
     layer_from: usize,
     layer_to: usize,
@@ -306,6 +324,7 @@ pub fn greedy_descent<S: GraphStore>(
                         words,
                         |n| n < r,
                         &mut scratch.distance_count,
+                        &mut scratch.coded,
                     );
                     for (&n, &d) in slots[..len].iter().zip(&distances) {
                         if d < cur.distance {
@@ -333,7 +352,7 @@ pub fn greedy_descent<S: GraphStore>(
 /// Memory, not arithmetic, bounds this loop on large files: the next candidate's neighbor list
 /// is prefetched while the current one is expanded, each list's unvisited neighbors are
 /// filtered and their vectors prefetched before any of them is scored, and they are scored
-/// together ([`Distance::walk_many`]: eight vectors' lines streaming side by side).
+/// together ([`Distance::walk_batch`]: eight vectors' lines streaming side by side).
 /// docs/PERFORMANCE.md measures each.
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
@@ -346,6 +365,7 @@ pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     accept: F,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
+    scratch.coded.forget();
     search_layer_within(store, dist, q, entry, ef, layer, accept, u64::MAX, scratch).0
 }
 
@@ -406,6 +426,7 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool>(
                 words,
                 |n| n < r && visited.insert(n),
                 &mut scratch.distance_count,
+                &mut scratch.coded,
             );
             for (&n, &d) in slots[..len].iter().zip(&distances) {
                 if scratch.results.len() < ef || d < bound {
@@ -482,12 +503,13 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
     let Some(v) = store.vector(entry_point) else {
         return Some(Vec::new());
     };
+    scratch.coded.forget();
     scratch.distance_count += 1;
     let start = Scored {
         distance: dist.walk(q, v),
         slot: entry_point,
     };
-    let cur = greedy_descent(store, dist, q, start, max_layer, 0, scratch);
+    let cur = descend(store, dist, q, start, max_layer, 0, scratch);
     let (mut out, gave_up) =
         search_layer_within(store, dist, q, cur, ef.max(k), 0, accept, budget, scratch);
     if gave_up {
@@ -540,6 +562,7 @@ pub fn scan<S: GraphStore>(
         }
     }
     let mut all: Vec<Scored> = Vec::with_capacity(refs.len());
+    scratch.coded.forget();
     for v in refs.iter().take(SCAN_GROUP * SCAN_AHEAD) {
         prefetch_walk(v.1);
     }
@@ -553,7 +576,12 @@ pub fn scan<S: GraphStore>(
         for (dst, (_, v)) in vectors.iter_mut().zip(group) {
             *dst = *v;
         }
-        dist.walk_many(q, &vectors[..group.len()], &mut distances);
+        dist.walk_batch(
+            q,
+            &mut scratch.coded,
+            &vectors[..group.len()],
+            &mut distances,
+        );
         all.extend(
             group
                 .iter()
@@ -600,7 +628,8 @@ pub fn scan<S: GraphStore>(
 /// How many found vectors ahead of the one being ranked have their exact bytes prefetched.
 const RANK_PREFETCH_AHEAD: usize = 8;
 
-/// A lower bound on the exact distance from `q` to `slot`, whose walk distance is `walked`:
+/// A lower bound on the exact distance from `q` to `slot`, whose walk distance is `walked`
+/// (within `q_error` of the f32 kernels' where it read a code: [`CodedQuery::error_for`]):
 /// by its code's error ([`Distance::code_lower_bound`]) when the walk read an int8 code, a
 /// likely one ([`Distance::code_likely_bound`], `q_spread` the query's) for an int4 code, by
 /// the high halves' error ([`Distance::exact_lower_bound`]) when it read high halves, and the
@@ -611,6 +640,7 @@ fn lower_bound<S: GraphStore>(
     dist: &Distance,
     q_norm: f32,
     q_spread: f32,
+    q_error: f32,
     walked: f32,
     slot: u32,
     dims: usize,
@@ -622,15 +652,19 @@ fn lower_bound<S: GraphStore>(
         store.vector(slot)
     };
     match walked_by {
-        Some(VectorRef::Code(_, book)) => match store.code_aux(slot) {
-            Some((eps, _)) if !book.kind().proves() => {
-                dist.code_likely_bound(walked, eps, q_spread, dims)
+        Some(VectorRef::Code(_, book)) => {
+            // What the f32 code kernels would have given, at its lowest.
+            let walked = walked - q_error;
+            match store.code_aux(slot) {
+                Some((eps, _)) if !book.kind().proves() => {
+                    dist.code_likely_bound(walked, eps, q_spread, dims)
+                }
+                Some((eps, norm)) => {
+                    dist.code_lower_bound(q_norm, walked, eps, norm, book.lo_norm(), dims)
+                }
+                None => f32::NEG_INFINITY,
             }
-            Some((eps, norm)) => {
-                dist.code_lower_bound(q_norm, walked, eps, norm, book.lo_norm(), dims)
-            }
-            None => f32::NEG_INFINITY,
-        },
+        }
         Some(VectorRef::Split(_)) => dist.exact_lower_bound(q_norm, walked, dims),
         _ => walked,
     }
@@ -672,18 +706,29 @@ fn rank_exactly<S: GraphStore>(
         return Vec::new();
     }
     let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let q_spread = if by_vectors {
-        0.0
+    // The codebook the walk read (a file has one), for the query's spread over its steps and
+    // the integer kernels' error, which each code's bound subtracts first.
+    let book = if by_vectors {
+        None
     } else {
-        found
-            .iter()
-            .find_map(|s| match store.vector(s.slot) {
-                Some(VectorRef::Code(_, book)) if !book.kind().proves() => {
-                    Some(Distance::code_spread(q, book.step()))
-                }
-                _ => None,
-            })
-            .unwrap_or(0.0)
+        found.iter().find_map(|s| match store.vector(s.slot) {
+            Some(VectorRef::Code(_, book)) => Some(book),
+            _ => None,
+        })
+    };
+    let q_spread = match book {
+        Some(book) if !book.kind().proves() => Distance::code_spread(q, book.step()),
+        _ => 0.0,
+    };
+    // Prepared already by the walk unless it never met a code; preparing is deterministic.
+    let q_error = match book {
+        Some(book) if dist.has_integer_kernels() => {
+            scratch
+                .coded
+                .prepare(q, book, dist.metric() == Metric::L2Squared);
+            scratch.coded.error_for(book)
+        }
+        _ => 0.0,
     };
     let mut order: Vec<Scored> = found
         .iter()
@@ -693,6 +738,7 @@ fn rank_exactly<S: GraphStore>(
                 dist,
                 q_norm,
                 q_spread,
+                q_error,
                 s.distance,
                 s.slot,
                 q.len(),

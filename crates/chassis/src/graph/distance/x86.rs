@@ -1,7 +1,9 @@
 //! The x86-64 kernels (AVX2 + FMA, AVX-512F): f32, high halves and int8 codes, one vector
-//! or eight side by side. Each is installed by `Distance::with_level` only after runtime
+//! or eight side by side; and the integer code kernels (AVX-512BW and VNNI) for a query
+//! prepared by coded_query.rs. Each is installed by `Distance::with_level` only after runtime
 //! detection of its features; every `unsafe` block states why its loads stay in bounds.
 
+use super::coded_query::{CodedQuery, BLOCK};
 use super::BATCH_WIDTH;
 use std::arch::x86_64::*;
 
@@ -678,4 +680,117 @@ pub(super) fn l2sq_avx512(a: &[f32], b: &[f32]) -> f32 {
 pub(super) fn one_minus_dot_avx512(a: &[f32], b: &[f32]) -> f32 {
     // SAFETY: installed only after AVX-512F was detected.
     1.0 - unsafe { kernel_avx512::<false>(a, b) }
+}
+
+/// One code's integer sum for a prepared query (see coded_query.rs): per [`BLOCK`] code bytes,
+/// byte products with the weights' high and low bytes (int4: of the even and the odd
+/// dimensions, the nibbles masked apart; L2: the squares looked up by nibble and summed with
+/// their own weights), combined at the end in f32 with the query's scales and constant.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI; `code` must point at
+/// `w.code_bytes` readable bytes; `w.weights` (and `w.square_weights` when L2) must hold
+/// `w.blocks` blocks as `CodedQuery::prepare` lays them out.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
+    w: &CodedQuery,
+    code: *const u8,
+) -> f32 {
+    let per_block = if INT4 { 4 * BLOCK } else { 2 * BLOCK };
+    let nibble = _mm512_set1_epi8(0x0f);
+    let squares = _mm512_broadcast_i32x4(_mm_setr_epi8(
+        0, 1, 4, 9, 16, 25, 36, 49, 64, 81, 100, 121, -112, -87, -60, -31,
+    ));
+    let (mut hi, mut lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let (mut sq_hi, mut sq_lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let pw = w.weights.as_ptr();
+    let ps = w.square_weights.as_ptr();
+    for b in 0..w.blocks {
+        let left = w.code_bytes - b * BLOCK;
+        let mask = if left >= BLOCK {
+            u64::MAX
+        } else {
+            (1u64 << left) - 1
+        };
+        // SAFETY: the mask keeps the load inside the code's `code_bytes` bytes (masked-off
+        // bytes are neither read nor faulted on).
+        let x = unsafe { _mm512_maskz_loadu_epi8(mask, code.add(b * BLOCK).cast()) };
+        let at = b * per_block;
+        // SAFETY: `prepare` laid out `blocks` blocks of `per_block` weight bytes, so these
+        // 64-byte loads at offsets below per_block stay inside `weights`.
+        let load = |p: *const i8, off: usize| unsafe { _mm512_loadu_si512(p.add(at + off).cast()) };
+        if INT4 {
+            let even = _mm512_and_si512(x, nibble);
+            let odd = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+            hi = _mm512_dpbusd_epi32(hi, even, load(pw, 0));
+            lo = _mm512_dpbusd_epi32(lo, even, load(pw, BLOCK));
+            hi = _mm512_dpbusd_epi32(hi, odd, load(pw, 2 * BLOCK));
+            lo = _mm512_dpbusd_epi32(lo, odd, load(pw, 3 * BLOCK));
+            if L2 {
+                // Nibbles 0..=15 index the table of squares (bytes read as unsigned).
+                let (se, so) = (
+                    _mm512_shuffle_epi8(squares, even),
+                    _mm512_shuffle_epi8(squares, odd),
+                );
+                sq_hi = _mm512_dpbusd_epi32(sq_hi, se, load(ps, 0));
+                sq_lo = _mm512_dpbusd_epi32(sq_lo, se, load(ps, BLOCK));
+                sq_hi = _mm512_dpbusd_epi32(sq_hi, so, load(ps, 2 * BLOCK));
+                sq_lo = _mm512_dpbusd_epi32(sq_lo, so, load(ps, 3 * BLOCK));
+            }
+        } else {
+            hi = _mm512_dpbusd_epi32(hi, x, load(pw, 0));
+            lo = _mm512_dpbusd_epi32(lo, x, load(pw, BLOCK));
+        }
+    }
+    let alpha = _mm512_set1_ps(w.scale);
+    let mut v = _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(hi),
+        _mm512_set1_ps(128.0 * w.scale),
+        _mm512_mul_ps(_mm512_cvtepi32_ps(lo), alpha),
+    );
+    if L2 {
+        v = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(sq_hi),
+            _mm512_set1_ps(128.0 * w.square_scale),
+            v,
+        );
+        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sq_lo), _mm512_set1_ps(w.square_scale), v);
+    }
+    w.constant + _mm512_reduce_add_ps(v)
+}
+
+/// [`integer_code_avx512`] to each of `c`.
+///
+/// # Safety
+/// As [`integer_code_avx512`], for every code of `c`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn integer_codes_avx512<const INT4: bool, const L2: bool>(
+    w: &CodedQuery,
+    c: [&[u8]; BATCH_WIDTH],
+) -> [f32; BATCH_WIDTH] {
+    // SAFETY: the caller's contract, code by code.
+    c.map(|code| unsafe { integer_code_avx512::<INT4, L2>(w, code.as_ptr()) })
+}
+
+/// The integer kernels (AVX-512 VNNI) for a prepared query: int8 or int4 codes, dot or L2.
+pub(super) fn integer_codes(w: &CodedQuery, c: [&[u8]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
+    let per_block = if w.int4 { 4 * BLOCK } else { 2 * BLOCK };
+    let laid_out = w.weights.len() >= w.blocks * per_block
+        && (!w.l2 || w.square_weights.len() >= w.blocks * per_block)
+        && w.blocks * BLOCK >= w.code_bytes
+        && c.iter().all(|c| c.len() >= w.code_bytes);
+    if !laid_out {
+        return [f32::NAN; BATCH_WIDTH];
+    }
+    // SAFETY: installed by `Distance::with_level` only after AVX-512F, AVX-512BW and
+    // AVX-512 VNNI were detected; the lengths were checked above.
+    unsafe {
+        match (w.int4, w.l2) {
+            (true, true) => integer_codes_avx512::<true, true>(w, c),
+            (true, false) => integer_codes_avx512::<true, false>(w, c),
+            (false, false) => integer_codes_avx512::<false, false>(w, c),
+            (false, true) => [f32::NAN; BATCH_WIDTH],
+        }
+    }
 }
