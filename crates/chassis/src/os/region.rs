@@ -48,6 +48,8 @@ unsafe impl Send for Region {}
 // SAFETY: as above; shared access only reads through atomics or copies.
 unsafe impl Sync for Region {}
 
+#[cold]
+#[inline(never)]
 fn out_of_range(off: u64, n: u64, len: usize) -> Error {
     Error::Io(io::Error::other(format!(
         "access of {n} bytes at {off} outside a mapped region of {len} bytes"
@@ -236,6 +238,7 @@ impl Region {
         self.writable
     }
 
+    #[inline]
     fn check(&self, off: u64, n: u64, align: u64) -> Result<usize> {
         match off.checked_add(n) {
             Some(end) if end <= self.len as u64 && off.is_multiple_of(align) => Ok(off as usize),
@@ -266,6 +269,7 @@ impl Region {
     }
 
     /// The aligned u32 at `off`, as an atomic.
+    #[inline]
     pub fn u32_at(&self, off: u64) -> Result<&AtomicU32> {
         let o = self.check(off, 4, 4)?;
         // SAFETY: in bounds and 4-aligned (the mapping base is page-aligned); AtomicU32 has
@@ -274,6 +278,7 @@ impl Region {
     }
 
     /// The aligned u64 at `off`, as an atomic.
+    #[inline]
     pub fn u64_at(&self, off: u64) -> Result<&AtomicU64> {
         let o = self.check(off, 8, 8)?;
         // SAFETY: in bounds and 8-aligned; AtomicU64 has the layout of u64.
@@ -282,6 +287,7 @@ impl Region {
 
     /// `n` aligned u32 words at `off`, as atomics (neighbor lists, and the vectors of slots a
     /// writer may be writing while a reader reads them).
+    #[inline]
     pub fn u32_words(&self, off: u64, n: usize) -> Result<&[AtomicU32]> {
         let o = self.check(off, 4 * n as u64, 4)?;
         // SAFETY: in bounds and 4-aligned; a slice of AtomicU32 may alias memory others
@@ -290,6 +296,7 @@ impl Region {
     }
 
     /// `n` u16 values at `off` (vectors split in halves), under the contract of [`Region::f32s`].
+    #[inline]
     pub fn u16s(&self, off: u64, n: usize) -> Result<&[u16]> {
         let o = self.check(off, 2 * n as u64, 2)?;
         // SAFETY: in bounds and 2-aligned; every bit pattern is a valid u16; as for `f32s`, no
@@ -299,6 +306,7 @@ impl Region {
 
     /// `n` bytes at `off` (metadata documents), under the contract of [`Region::f32s`]:
     /// committed entries never change, and the writer's own are written only by `&mut` code.
+    #[inline]
     pub fn bytes(&self, off: u64, n: usize) -> Result<&[u8]> {
         let o = self.check(off, n as u64, 1)?;
         // SAFETY: in bounds; every bit pattern is a valid u8; per the contract above no write
@@ -313,6 +321,7 @@ impl Region {
     /// A reader never borrows a slot at or past the committed count N this way (a writer that
     /// restarted may be rewriting it): it copies such a vector out through
     /// [`Region::u32_words`] with atomic loads (`reader::View::hint_vector`).
+    #[inline]
     pub fn f32s(&self, off: u64, n: usize) -> Result<&[f32]> {
         let o = self.check(off, 4 * n as u64, 4)?;
         // SAFETY: in bounds and 4-aligned; every bit pattern is a valid f32; per the contract
