@@ -1,11 +1,13 @@
 //! Walking by int8 codes against walking by format 4's high halves, on the harness's files.
 //!
 //!     cargo run --release --bin codes -- A.chassis B.chassis [--efs 32,48,64] [--reps 5]
+//!         [--queries Q.fvecs --truth T.ivecs]
 //!
 //! Opens each file read-only (as the harness's reader does), runs pypi-minilm's 1,000 held-out
-//! queries one at a time on one thread at each ef, files taking turns, and prints per file and
-//! ef: recall@10 against the dataset's ground truth, the median QPS over `--reps` counted
-//! repetitions (after one warm-up), and distance computations per query. A quick check between
+//! queries (or `--queries` with their exact neighbors in `--truth`) one at a time on one thread
+//! at each ef, files taking turns, and prints per file and ef: recall@10 against the ground
+//! truth, the median QPS over `--reps` counted repetitions (after one warm-up), and distance
+//! computations per query. A quick check between
 //! harness runs; the harness (bench/ann) is what docs/PERFORMANCE.md reports.
 
 use std::time::Instant;
@@ -18,6 +20,7 @@ fn main() {
     let mut files = Vec::new();
     let mut efs = vec![32usize, 48, 64];
     let mut reps = 5;
+    let mut sets: Option<(String, String)> = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -32,13 +35,28 @@ fn main() {
                 reps = args[i + 1].parse().expect("reps");
                 i += 1;
             }
+            "--queries" => {
+                let truth = args.get(i + 3).filter(|_| args[i + 2] == "--truth");
+                sets = Some((args[i + 1].clone(), truth.expect("--truth T.ivecs").clone()));
+                i += 3;
+            }
             f => files.push(f.to_string()),
         }
         i += 1;
     }
-    let dir = pypi_minilm().expect("../shared/data/pypi-minilm");
-    let queries = read_fvecs(&dir.join("pypi-minilm_query.fvecs")).expect("queries");
-    let truth = read_ivecs(&dir.join("pypi-minilm_groundtruth.ivecs"));
+    let (queries, truth) = match sets {
+        Some((q, t)) => (
+            read_fvecs(std::path::Path::new(&q)).expect("queries"),
+            read_ivecs(std::path::Path::new(&t)),
+        ),
+        None => {
+            let dir = pypi_minilm().expect("../shared/data/pypi-minilm");
+            (
+                read_fvecs(&dir.join("pypi-minilm_query.fvecs")).expect("queries"),
+                read_ivecs(&dir.join("pypi-minilm_groundtruth.ivecs")),
+            )
+        }
+    };
     let readers: Vec<IndexReader> = files
         .iter()
         .map(|f| IndexReader::open(f).expect("open"))
