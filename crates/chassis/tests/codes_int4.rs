@@ -1,6 +1,6 @@
 //! Int4 codes (write version 7): half a byte per dimension, walked like int8 codes but ranked
-//! by oversampling (the nearest `CodeKind::rerank(k)` found, exactly) instead of a proved
-//! bound; scans read vectors, so they stay exact. And a kind a later release adds is ignored by
+//! by a likely bound (`Distance::code_likely_bound`) instead of a proved one; scans read
+//! vectors, so they stay exact. And a kind a later release adds is ignored by
 //! readers (searched by vectors) and refused by writers.
 
 mod common;
@@ -31,6 +31,31 @@ fn int4_codes_walk_and_rank_the_nearest_exactly_in_every_metric() {
         // A wide beam finds the exact top 10: the likely bound loses nothing here.
         let r = exact_recall(base, queries, metric, |q| index.search(q, 10, 400).unwrap());
         assert!(r >= 0.995, "{metric:?}: recall@10 at ef 400 = {r}");
+    }
+}
+
+/// Fails if a search could score codes with the query a previous search prepared: the integer
+/// kernels keep a query prepared per codebook in the search's scratch, keyed by the query's
+/// address, which the next query's buffer often shares. Searched forwards and backwards (each
+/// query after a different one), every query must get the same answer.
+#[test]
+fn each_search_scores_codes_with_its_own_query() {
+    let data = clustered(3_000 + 40, DIMS, 30, 17);
+    let (base, queries) = data.split_at(3_000);
+    for metric in [Metric::L2Squared, Metric::Cosine] {
+        let index = Index::in_memory(int4(metric), 1 << 30).unwrap();
+        index.add_batch(&base.concat(), 2).unwrap();
+        let mut buf = vec![0f32; DIMS];
+        let mut search = |q: &[f32]| {
+            buf.copy_from_slice(q);
+            index.search(&buf, 10, 64).unwrap()
+        };
+        let forwards: Vec<_> = queries.iter().map(|q| search(q)).collect();
+        let mut backwards: Vec<_> = queries.iter().rev().map(|q| search(q)).collect();
+        backwards.reverse();
+        assert_eq!(forwards, backwards, "{metric:?}");
+        let r = exact_recall(base, queries, metric, |q| index.search(q, 10, 64).unwrap());
+        assert!(r >= 0.9, "{metric:?}: recall@10 = {r}");
     }
 }
 

@@ -704,8 +704,7 @@ unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
     ));
     let (mut hi, mut lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
     let (mut sq_hi, mut sq_lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    let pw = w.weights.as_ptr();
-    let ps = w.square_weights.as_ptr();
+    let (pw, ps) = (&w.weights[..], &w.square_weights[..]);
     for b in 0..w.blocks {
         let left = w.code_bytes - b * BLOCK;
         let mask = if left >= BLOCK {
@@ -717,9 +716,13 @@ unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
         // bytes are neither read nor faulted on).
         let x = unsafe { _mm512_maskz_loadu_epi8(mask, code.add(b * BLOCK).cast()) };
         let at = b * per_block;
-        // SAFETY: `prepare` laid out `blocks` blocks of `per_block` weight bytes, so these
-        // 64-byte loads at offsets below per_block stay inside `weights`.
-        let load = |p: *const i8, off: usize| unsafe { _mm512_loadu_si512(p.add(at + off).cast()) };
+        let load = |weights: &[i8], off: usize| {
+            debug_assert!(at + off + BLOCK <= weights.len());
+            // SAFETY: `off` is below `per_block` in steps of BLOCK and the caller's contract
+            // gives `weights` (and `square_weights`, the only other slice passed, for L2)
+            // `blocks` blocks of `per_block` bytes, so the 64 bytes at `at + off` lie inside.
+            unsafe { _mm512_loadu_si512(weights.as_ptr().add(at + off).cast()) }
+        };
         if INT4 {
             let even = _mm512_and_si512(x, nibble);
             let odd = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
