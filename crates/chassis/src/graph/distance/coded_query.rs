@@ -37,6 +37,8 @@ pub(super) const BLOCK: usize = 64;
 pub const WEIGHT_MAX: f64 = 16_256.0;
 
 /// A query prepared for one codebook's integer kernels (see the module documentation).
+// Only the x86-64 kernels read the prepared weights; elsewhere a search never prepares one.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[derive(Debug, Default)]
 pub struct CodedQuery {
     /// (codebook address, query address, query length) it was prepared for.
@@ -205,7 +207,7 @@ impl CodedQuery {
     /// The code's sum (the dot product, or the squared L2 distance) as the integer kernels
     /// compute it, one value at a time in exact integers: the reference the SIMD kernel is
     /// tested against. `code` at least [`CodedQuery::code_bytes`] long.
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(super) fn score_scalar(&self, code: &[u8]) -> f32 {
         let sum = |weights: &[i8], square: bool| -> f64 {
             let per_block = if self.int4 { 4 * BLOCK } else { 2 * BLOCK };
