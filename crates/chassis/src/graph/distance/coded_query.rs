@@ -21,7 +21,7 @@
 //! [`CodedQuery::error`] = m·Σ|rⱼ| (plus the squares' own term) of the f32 kernels' — a
 //! deterministic bound the ranking subtracts before trusting a code's lower bound, so "every
 //! returned distance is exact" and int8's proved bound stay what they were. At 14 bits the
-//! bound is about 1% of int8's proved margin and less for int4's.
+//! bound is about 0.5% of int8's proved margin ‖q‖ε and under 1% of int4's likely one.
 //!
 //! Invariants: a prepared query is keyed by the codebook's and the query's addresses and
 //! lengths; callers forget it at the start of every search (the query's buffer may be reused
