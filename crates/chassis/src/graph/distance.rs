@@ -1103,6 +1103,14 @@ mod tests {
                             "{metric:?} {level:?} n={n}: batch {w}, decoded {want}, error {q_error}"
                         );
                     }
+                    // Without the integer kernels (a CPU without AVX-512 VNNI), a search's
+                    // batches are walk_many's and carry no error.
+                    let mut plain = CodedQuery::default();
+                    let mut walked_plain = [0.0f32; 3];
+                    d.without_integer_kernels()
+                        .walk_batch(q, &mut plain, &[r, r, r], &mut walked_plain);
+                    proptest::prop_assert_eq!(walked_plain, walked_many);
+                    proptest::prop_assert_eq!(plain.error_for(&book), 0.0);
                     let batched = walked_batch.map(|w| w - q_error);
                     for w in [walked, walked_many[0], walked_many[2]].into_iter().chain(batched) {
                         let bound = d.code_lower_bound(q_norm, w, eps, norm, book.lo_norm(), n);
