@@ -433,8 +433,8 @@ impl Distance {
         let out = &mut out[..vs.len()];
         let batched = q.len() >= BATCH_MIN_DIMS && vs.len() > 1;
         for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
-            if let (Some(integer), Some(coded)) = (self.integer, coded.as_deref_mut()) {
-                if let Some((book, g)) = codes_group(q.len(), group) {
+            if let Some((book, g)) = codes_group(q.len(), group) {
+                if let (Some(integer), Some(coded)) = (self.integer, coded.as_deref_mut()) {
                     if coded.prepare(q, book, self.metric == Metric::L2Squared) {
                         for (o, d) in o.iter_mut().zip(integer(coded, g)) {
                             *o = self.finish_code(d);
@@ -442,10 +442,8 @@ impl Distance {
                         continue;
                     }
                 }
-            }
-            // Codes are batched at every length: the query's terms are shared by the group.
-            if group.len() > 1 {
-                if let Some((book, g)) = codes_group(q.len(), group) {
+                // Codes are batched at every length: the query's terms are shared by the group.
+                if group.len() > 1 {
                     let d = if book.kind() == CodeKind::Int4 {
                         // Packed codes are unpacked to a byte per value for the int8
                         // kernels: the walk reads half the bytes, the kernel the same.
