@@ -23,6 +23,7 @@
 //! search may see a list mid-rewrite and only ever sees whole slot ids.
 
 pub mod distance;
+mod rank;
 pub mod support;
 pub mod visited;
 
@@ -32,6 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, VectorRef};
+use rank::{approximate, rank_exactly};
 pub use visited::VisitedSet;
 
 /// The empty neighbor word.
@@ -623,188 +625,6 @@ pub fn scan<S: GraphStore>(
     }
     all.sort_unstable();
     rank_exactly(store, dist, q, &all, k, by_vectors, scratch)
-}
-
-/// How many found vectors ahead of the one being ranked have their exact bytes prefetched.
-const RANK_PREFETCH_AHEAD: usize = 8;
-
-/// A lower bound on the exact distance from `q` to `slot`, whose walk distance is `walked`
-/// (within `q_error` of the f32 kernels' where it read a code: [`CodedQuery::error_for`]):
-/// by its code's error ([`Distance::code_lower_bound`]) when the walk read an int8 code, a
-/// likely one ([`Distance::code_likely_bound`], `q_spread` the query's) for an int4 code, by
-/// the high halves' error ([`Distance::exact_lower_bound`]) when it read high halves, and the
-/// walk distance itself when that was exact.
-#[allow(clippy::too_many_arguments)]
-fn lower_bound<S: GraphStore>(
-    store: &S,
-    dist: &Distance,
-    q_norm: f32,
-    q_spread: f32,
-    q_error: f32,
-    walked: f32,
-    slot: u32,
-    dims: usize,
-    by_vectors: bool,
-) -> f32 {
-    let walked_by = if by_vectors {
-        store.exact_vector(slot)
-    } else {
-        store.vector(slot)
-    };
-    match walked_by {
-        Some(VectorRef::Code(_, book)) => {
-            // What the f32 code kernels would have given, at its lowest.
-            let walked = walked - q_error;
-            match store.code_aux(slot) {
-                Some((eps, _)) if !book.kind().proves() => {
-                    dist.code_likely_bound(walked, eps, q_spread, dims)
-                }
-                Some((eps, norm)) => {
-                    dist.code_lower_bound(q_norm, walked, eps, norm, book.lo_norm(), dims)
-                }
-                None => f32::NEG_INFINITY,
-            }
-        }
-        Some(VectorRef::Split(_)) => dist.exact_lower_bound(q_norm, walked, dims),
-        _ => walked,
-    }
-}
-
-/// Whether walk distances to `slot` are approximations (codes or high halves) to be ranked
-/// exactly before a search returns.
-fn approximate<S: GraphStore>(store: &S, slot: u32) -> bool {
-    matches!(
-        store.vector(slot),
-        Some(VectorRef::Split(_) | VectorRef::Code(..))
-    )
-}
-
-/// The nearest `k` of `found` (scored by walk distance) by exact distance, nearest first.
-/// Ranks `found` in the order of a lower bound on each one's exact distance
-/// ([`lower_bound`]: by codes' or high halves' error) and stops at the first whose bound is
-/// above the k-th exact distance so far; since every later bound is higher still, the result
-/// is the same as ranking all of `found`, minus exact distances that could not change it.
-///
-/// Int4 codes have no useful proved bound; they are ranked the same way by a *likely* one
-/// ([`Distance::code_likely_bound`]): the result is what ranking all of `found` gives unless a
-/// code's error is several times its expected size. Either way every returned distance is
-/// exact, and the vectors about to be read are named to the store first
-/// ([`GraphStore::will_need_exact`]), so in a file larger than memory their misses overlap.
-///
-/// `by_vectors`: `found` was scored by the slots' exact vectors (a scan of an int4 file), not
-/// by what [`GraphStore::vector`] gives.
-fn rank_exactly<S: GraphStore>(
-    store: &S,
-    dist: &Distance,
-    q: &[f32],
-    found: &[Scored],
-    k: usize,
-    by_vectors: bool,
-    scratch: &mut Scratch,
-) -> Vec<Scored> {
-    if k == 0 {
-        return Vec::new();
-    }
-    let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
-    // The codebook the walk read (a file has one), for the query's spread over its steps and
-    // the integer kernels' error, which each code's bound subtracts first.
-    let book = if by_vectors {
-        None
-    } else {
-        found.iter().find_map(|s| match store.vector(s.slot) {
-            Some(VectorRef::Code(_, book)) => Some(book),
-            _ => None,
-        })
-    };
-    let q_spread = match book {
-        Some(book) if !book.kind().proves() => Distance::code_spread(q, book.step()),
-        _ => 0.0,
-    };
-    // Prepared already by the walk unless it never met a code; preparing is deterministic.
-    let q_error = match book {
-        Some(book) if dist.has_integer_kernels() => {
-            scratch
-                .coded
-                .prepare(q, book, dist.metric() == Metric::L2Squared);
-            scratch.coded.error_for(book)
-        }
-        _ => 0.0,
-    };
-    let mut order: Vec<Scored> = found
-        .iter()
-        .map(|s| Scored {
-            distance: lower_bound(
-                store,
-                dist,
-                q_norm,
-                q_spread,
-                q_error,
-                s.distance,
-                s.slot,
-                q.len(),
-                by_vectors,
-            ),
-            slot: s.slot,
-        })
-        .collect();
-    order.sort_unstable();
-    // The bytes an exact distance reads beyond the walk's: the low halves of a split vector,
-    // the whole vector when the walk read a code.
-    let prefetch_exact = |s: &Scored| {
-        store.will_need_exact(s.slot);
-        let coded = !by_vectors && is_coded(store, s.slot);
-        if let Some(v) = store.exact_vector(s.slot) {
-            if coded {
-                prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
-            } else {
-                let low = v.as_ptr().wrapping_add(v.walk_bytes());
-                prefetch(low, v.walk_bytes().div_ceil(64));
-            }
-        }
-    };
-    order
-        .iter()
-        .take(k + RANK_PREFETCH_AHEAD)
-        .for_each(prefetch_exact);
-    let mut prefetched = order.len().min(k + RANK_PREFETCH_AHEAD);
-    // A max-heap of the nearest k so far: its top is the k-th exact distance.
-    let nearest = &mut scratch.results;
-    nearest.clear();
-    for (i, s) in order.iter().enumerate() {
-        if nearest.len() >= k && nearest.peek().is_some_and(|kth| s.distance > kth.distance) {
-            break;
-        }
-        if let Some(ahead) = order.get(i + k + RANK_PREFETCH_AHEAD) {
-            prefetch_exact(ahead);
-            prefetched = i + k + RANK_PREFETCH_AHEAD + 1;
-        }
-        let Some(v) = store.exact_vector(s.slot) else {
-            continue;
-        };
-        scratch.distance_count += 1;
-        nearest.push(Scored {
-            distance: dist.exact(q, v, &mut scratch.exact),
-            slot: s.slot,
-        });
-        if nearest.len() > k {
-            nearest.pop();
-        }
-    }
-    // Vectors ranked after a walk by codes are bytes no walk reads: a file larger than memory
-    // gives them back (and those named ahead but not needed), once every distance is taken.
-    if !by_vectors && order.first().is_some_and(|s| is_coded(store, s.slot)) {
-        order[..prefetched]
-            .iter()
-            .for_each(|s| store.done_with_exact(s.slot));
-    }
-    let mut out: Vec<Scored> = nearest.drain().collect();
-    out.sort_unstable();
-    out
-}
-
-/// Whether a search walks by `slot`'s code rather than its vector.
-fn is_coded<S: GraphStore>(store: &S, slot: u32) -> bool {
-    store.vector(slot).is_some_and(|v| v.is_code())
 }
 
 /// The neighbor-selection heuristic (algorithm 4, without extending or keeping pruned

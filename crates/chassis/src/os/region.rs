@@ -220,10 +220,11 @@ impl Region {
     #[inline]
     fn advise_pages(&self, off: u64, len: u64, advice: rustix::mm::Advice) {
         if let Some((addr, bytes)) = self.pages_of(off, len) {
-            // SAFETY: `addr..addr + bytes` lies inside this live mapping (`pages_of`). Neither
-            // advice changes contents: WILLNEED reads ahead, and PAGEOUT is non-destructive
-            // (file mappings here are shared, so a page it reclaims is written back first if
-            // dirty and read from the file again by the next access, at the same address).
+            // Neither advice changes contents: WILLNEED reads ahead, and PAGEOUT is
+            // non-destructive (file mappings here are shared, so a page it reclaims is written
+            // back first if dirty and read from the file again by the next access).
+            // SAFETY: `addr..addr + bytes` lies inside this live mapping (`pages_of`), and the
+            // advice changes no contents (above).
             let _ = unsafe { rustix::mm::madvise(addr, bytes, advice) };
         }
     }
