@@ -66,6 +66,14 @@ pub trait GraphStore {
     /// the codes and neighbor lists every search walks out of the page cache. Does nothing by
     /// default.
     fn done_with_exact(&self, _slot: u32) {}
+    /// Reads the exact vectors of `slots` into `out` (f32, dims each, in order) all at once,
+    /// for a store whose vectors are on disk and far cheaper read together than one by one (a
+    /// file larger than memory: one submission, no page-cache pages). Returns `false`, with
+    /// `out` unspecified, where it doesn't: the caller reads each by
+    /// [`GraphStore::exact_vector`] (the default).
+    fn read_exact_batch(&self, _slots: &[u32], _out: &mut Vec<f32>) -> bool {
+        false
+    }
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
     /// The neighbor words of `slot` on `layer` ≥ 1 (M of them), `None` if the node has no such
@@ -166,6 +174,9 @@ pub struct Scratch {
     results: BinaryHeap<Scored>,
     /// A split vector joined for an exact distance.
     exact: Vec<f32>,
+    /// The vectors a ranking read together ([`GraphStore::read_exact_batch`]) and their slots.
+    batch: Vec<f32>,
+    batch_slots: Vec<u32>,
     /// The query prepared for the integer code kernels ([`Distance::walk_batch`]); forgotten
     /// at the start of every walk or scan.
     coded: CodedQuery,
@@ -1219,6 +1230,10 @@ mod tests {
         coded: bool,
         named: Mutex<Vec<u32>>,
         given_back: Mutex<Vec<u32>>,
+        /// Whether [`GraphStore::read_exact_batch`] reads (as a file larger than memory
+        /// does), and the slots it read.
+        batch: bool,
+        batched: Mutex<Vec<u32>>,
     }
 
     impl GraphStore for CodedPoints {
@@ -1245,6 +1260,17 @@ mod tests {
         fn done_with_exact(&self, slot: u32) {
             self.given_back.lock().unwrap().push(slot);
         }
+        fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
+            if !self.batch {
+                return false;
+            }
+            out.clear();
+            for &slot in slots {
+                out.extend_from_slice(&self.vectors[slot as usize]);
+            }
+            self.batched.lock().unwrap().extend_from_slice(slots);
+            true
+        }
         fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
             self.lists.get(slot as usize).map(|l| &l[..])
         }
@@ -1255,7 +1281,11 @@ mod tests {
 
     /// Fails if a search walked by codes doesn't give back every vector it named for ranking
     /// (a file larger than memory would keep them crowding its page cache), gives one back
-    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes).
+    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes);
+    /// and, where the store reads vectors in batches (a file larger than memory, os/direct.rs),
+    /// if the answer differs from ranking through the mapping, a vector is both read in the
+    /// batch and named, a ranked vector was neither, the batch holds fewer than k, or it reads
+    /// in batches after a walk by vectors.
     #[test]
     fn ranking_after_a_walk_by_codes_gives_back_what_it_named() {
         use crate::format::codes::{CodeKind, Codebook};
@@ -1288,6 +1318,8 @@ mod tests {
             coded: false,
             named: Mutex::default(),
             given_back: Mutex::default(),
+            batch: false,
+            batched: Mutex::default(),
         };
         let params = Params {
             m: 8,
@@ -1301,26 +1333,46 @@ mod tests {
             let entry = (slot > 0).then_some((0, 0));
             insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
         }
-        for coded in [true, false] {
+        for (coded, batch) in [(true, false), (true, true), (false, false), (false, true)] {
             store.coded = coded;
+            store.batch = batch;
             for qi in 0..20 {
-                store.named.lock().unwrap().clear();
-                store.given_back.lock().unwrap().clear();
                 let q: Vec<f32> = (0..dims)
                     .map(|j| ((qi * 13 + j * 5) % 11) as f32 / 5.5 - 1.0)
                     .collect();
+                store.batch = false;
+                let through_mapping =
+                    search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
+                store.batch = batch;
+                store.named.lock().unwrap().clear();
+                store.given_back.lock().unwrap().clear();
+                store.batched.lock().unwrap().clear();
                 let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
                 assert_eq!(got.len(), k);
+                assert_eq!(
+                    got, through_mapping,
+                    "query {qi}: a batch changed the answer"
+                );
                 let mut named = store.named.lock().unwrap().clone();
                 let mut given_back = store.given_back.lock().unwrap().clone();
+                let batched = store.batched.lock().unwrap().clone();
                 if coded {
-                    let unnamed = got.iter().find(|s| !named.contains(&s.slot));
-                    assert!(unnamed.is_none(), "query {qi}: ranked {unnamed:?} unnamed");
+                    assert!(
+                        !batch || batched.len() >= k,
+                        "query {qi}: batch {batched:?}"
+                    );
+                    let both = batched.iter().find(|s| named.contains(s));
+                    assert!(both.is_none(), "query {qi}: {both:?} read and named");
+                    let unread = got
+                        .iter()
+                        .find(|s| !named.contains(&s.slot) && !batched.contains(&s.slot));
+                    assert!(unread.is_none(), "query {qi}: ranked {unread:?} unnamed");
                     named.sort_unstable();
                     given_back.sort_unstable();
                     assert_eq!(given_back, named, "query {qi}");
                 } else {
                     assert!(given_back.is_empty(), "query {qi}: {given_back:?}");
+                    assert!(batched.is_empty(), "query {qi}: {batched:?}");
                 }
             }
         }

@@ -157,6 +157,9 @@ impl GraphStore for View<'_> {
     fn done_with_exact(&self, slot: u32) {
         self.store.release_vector(slot)
     }
+    fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
+        self.store.read_vectors(slots, out)
+    }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {
         self.store.level0(slot)

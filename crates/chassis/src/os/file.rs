@@ -17,6 +17,10 @@ pub struct FileStorage {
     path: PathBuf,
     writable: bool,
     locked: AtomicBool,
+    /// The file opened again for direct reads, on the first read-only mapping of a file
+    /// larger than memory (os/direct.rs); `None` inside where that was refused.
+    #[cfg(target_os = "linux")]
+    direct: std::sync::OnceLock<Option<Arc<super::direct::DirectFile>>>,
 }
 
 impl FileStorage {
@@ -43,6 +47,8 @@ impl FileStorage {
             path: path.to_path_buf(),
             writable,
             locked: AtomicBool::new(false),
+            #[cfg(target_os = "linux")]
+            direct: std::sync::OnceLock::new(),
         }
     }
 
@@ -136,6 +142,14 @@ impl Storage for FileStorage {
             // Region keeps it alive.
             let mut region = unsafe { Region::new(ptr, len_usize, writable, Arc::new(map)) };
             region.set_huge_pages(fits);
+            if !fits && !writable {
+                let direct = self
+                    .direct
+                    .get_or_init(|| super::direct::DirectFile::open(&self.file).map(Arc::new));
+                if let Some(direct) = direct {
+                    region.set_direct(direct.clone(), offset);
+                }
+            }
             return Ok(region);
         }
         let mut opts = memmap2::MmapOptions::new();

@@ -12,6 +12,8 @@
 //! memory), except [`Region::f32s`], whose callers promise the range is not being written.
 
 pub mod budget;
+#[cfg(target_os = "linux")]
+pub(crate) mod direct;
 mod file;
 mod mem;
 mod region;

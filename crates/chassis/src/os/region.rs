@@ -26,6 +26,10 @@ pub struct Region {
     /// given back to the lock allowance when the last one goes (the mapping goes with it).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     locked: Arc<Locked>,
+    /// The file again, opened for direct reads, and where this mapping starts in it: set for
+    /// a read-only mapping of a file larger than memory ([`Region::direct_range`]).
+    #[cfg(target_os = "linux")]
+    direct: Option<(Arc<super::direct::DirectFile>, u64)>,
     _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -75,6 +79,8 @@ impl Region {
             writable,
             huge_pages: true,
             locked: Arc::default(),
+            #[cfg(target_os = "linux")]
+            direct: None,
             _keep: keep,
         }
     }
@@ -84,6 +90,29 @@ impl Region {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn set_huge_pages(&mut self, allowed: bool) {
         self.huge_pages = allowed;
+    }
+
+    /// Lets reads of this mapping's bytes bypass it ([`Region::direct_range`]): `file` is the
+    /// mapped file opened for direct reads, `offset` where the mapping starts in it.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn set_direct(&mut self, file: Arc<super::direct::DirectFile>, offset: u64) {
+        self.direct = Some((file, offset));
+    }
+
+    /// Where `off..off + len` of this region lies in the file, and the file opened for direct
+    /// reads (os/direct.rs), for a read-only mapping of a file larger than memory (Linux
+    /// only); `None` elsewhere, or for a range outside the region. A search reads the vectors
+    /// it ranks this way, many at once, instead of faulting each in through the mapping.
+    #[cfg(target_os = "linux")]
+    #[inline]
+    pub(crate) fn direct_range(
+        &self,
+        off: u64,
+        len: u64,
+    ) -> Option<(&super::direct::DirectFile, u64)> {
+        let (file, start) = self.direct.as_ref()?;
+        let end = off.checked_add(len)?;
+        (end <= self.len as u64).then(|| (&**file, start + off))
     }
 
     /// Length in bytes.

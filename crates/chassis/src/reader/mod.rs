@@ -310,6 +310,13 @@ impl GraphStore for View<'_> {
             region.release(at, len);
         }
     }
+    fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
+        crate::storage::read_vectors_direct(
+            slots.iter().map(|&s| self.vector_range(s)),
+            self.snap.file.layout,
+            out,
+        )
+    }
     #[inline]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;

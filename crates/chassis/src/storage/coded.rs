@@ -28,6 +28,52 @@ pub(crate) fn keep_walk_resident(region: &Region, layout: &SegmentLayout) {
     }
 }
 
+/// Reads the vectors at `ranges` (region, offset in it, length; one per vector, in order),
+/// stored in `layout`, into `out` as f32 values, all at once, past the page cache: for the vectors a search ranks in a file too large
+/// for memory (os/direct.rs; a read-only mapping on Linux). `false`, with `out` unspecified,
+/// where any range can't be read that way (a file that fits, another platform, a sandbox
+/// without io_uring, a failed read): the caller reads through the mapping. Committed vectors
+/// never change, so what comes back is what the mapping holds.
+pub(crate) fn read_vectors_direct<'a>(
+    ranges: impl ExactSizeIterator<Item = Option<(&'a Region, u64, u64)>>,
+    layout: format::vector::VectorLayout,
+    out: &mut Vec<f32>,
+) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let mut file: Option<&crate::os::direct::DirectFile> = None;
+        let mut reads = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let Some((region, at, len)) = range else {
+                return false;
+            };
+            let (Some((direct, offset)), Ok(len)) =
+                (region.direct_range(at, len), usize::try_from(len))
+            else {
+                return false;
+            };
+            // One file: every segment of an index is mapped from it.
+            if file.is_some_and(|f| !std::ptr::eq(f, direct)) {
+                return false;
+            }
+            file = Some(direct);
+            reads.push((offset, len));
+        }
+        let Some(file) = file else {
+            return false;
+        };
+        out.clear();
+        file.read_many(&reads, |_, bytes| {
+            format::vector::decode_bytes(layout, bytes, out)
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (ranges, layout, out);
+        false
+    }
+}
+
 impl Regions {
     /// The file's code kind (whether or not its codebook is trained yet).
     pub fn code_kind(&self) -> CodeKind {
@@ -66,6 +112,17 @@ impl Regions {
         if let Some((region, at, len)) = self.vector_range(slot) {
             region.will_need(at, len);
         }
+    }
+
+    /// Reads the vectors of `slots` into `out` (`dims` f32 each, in order) all at once, past
+    /// the page cache, where the file is too large for memory ([`read_vectors_direct`]);
+    /// `false` elsewhere.
+    pub fn read_vectors(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
+        read_vectors_direct(
+            slots.iter().map(|&s| self.vector_range(s)),
+            self.layout(),
+            out,
+        )
     }
 
     /// Gives the pages of `slot`'s vector back in a file too large for memory
@@ -231,6 +288,79 @@ mod tests {
             assert_eq!(budget::locks().held() - before.1, want, "{codes:?}");
             drop(region);
             assert_eq!((budget::vm_locked(), budget::locks().held()), before);
+        }
+    }
+
+    /// Fails if vectors read past the page cache (a file larger than memory: os/direct.rs)
+    /// differ from what the mapping holds, in either layout, at offsets that straddle pages
+    /// and in any order with repeats; or if a region without direct reads claims to read.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn vectors_read_directly_are_the_mappings() {
+        use super::read_vectors_direct;
+        use crate::format::vector::{encode, VectorLayout, VectorRef};
+        use crate::os::{direct, FileStorage, Storage};
+        let dir = tempfile::tempdir().unwrap();
+        let (n, dims, base) = (64usize, 96usize, 3 * 4096 + 100);
+        let vectors: Vec<Vec<f32>> = (0..n)
+            .map(|i| {
+                (0..dims)
+                    .map(|j| ((i * 31 + j * 7) % 97) as f32 * 0.37 - 17.0)
+                    .collect()
+            })
+            .collect();
+        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+            let path = dir.path().join(format!("{layout:?}"));
+            let mut bytes = vec![0u8; base + n * 4 * dims];
+            for (i, v) in vectors.iter().enumerate() {
+                encode(layout, v, &mut bytes[base + i * 4 * dims..][..4 * dims]);
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let storage = FileStorage::open(&path, false).unwrap();
+            let mut region = storage.map(0, bytes.len() as u64, false).unwrap();
+            let slots = [5u32, 0, 63, 17, 17, 40];
+            let mut out = Vec::new();
+            let at = |s: u32| (base + s as usize * 4 * dims) as u64;
+            let refused = read_vectors_direct(
+                slots
+                    .iter()
+                    .map(|&s| Some((&region, at(s), 4 * dims as u64))),
+                layout,
+                &mut out,
+            );
+            assert!(
+                !refused,
+                "a mapping of a file that fits reads through the page cache"
+            );
+            let file = std::fs::File::open(&path).unwrap();
+            let Some(direct) = direct::DirectFile::open(&file) else {
+                assert!(
+                    !direct::direct_io_works(&path),
+                    "O_DIRECT works here but was refused"
+                );
+                continue;
+            };
+            region.set_direct(std::sync::Arc::new(direct), 0);
+            let read = read_vectors_direct(
+                slots
+                    .iter()
+                    .map(|&s| Some((&region, at(s), 4 * dims as u64))),
+                layout,
+                &mut out,
+            );
+            assert_eq!(read, direct::io_uring_works(), "{layout:?}");
+            if read {
+                let want: Vec<f32> = slots
+                    .iter()
+                    .flat_map(|&s| vectors[s as usize].clone())
+                    .collect();
+                assert_eq!(out, want, "{layout:?}");
+                // What the mapping lends for the same bytes, decoded.
+                let h = region.u16s(at(17), 2 * dims).unwrap();
+                if layout == VectorLayout::SplitHalves {
+                    assert_eq!(VectorRef::Split(h).to_vec(), vectors[17]);
+                }
+            }
         }
     }
 }

@@ -19,7 +19,7 @@ mod backup;
 mod coded;
 mod headers;
 
-pub(crate) use coded::keep_walk_resident;
+pub(crate) use coded::{keep_walk_resident, read_vectors_direct};
 use headers::is_unborn;
 pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
