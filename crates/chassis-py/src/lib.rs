@@ -571,6 +571,22 @@ impl RawIndex {
                 (Inner::Writer(ix), Some(f)) => ix.search_filtered(q, k, ef, f),
                 (Inner::Reader(rd), Some(f)) => rd.search_filtered(q, k, ef, f),
             };
+            // Rows `from..from + n`: unfiltered ones as one batch, whose reads of the vectors
+            // each query ranks overlap the next query's walk (a file larger than memory).
+            let batch = |from: usize, n: usize| -> Result<Vec<Vec<chassis::Neighbor>>, Error> {
+                if !filters.is_empty() {
+                    return (from..from + n)
+                        .map(|r| one(r, &data[r * dims..(r + 1) * dims]))
+                        .collect();
+                }
+                let queries: Vec<&[f32]> = (from..from + n)
+                    .map(|r| &data[r * dims..(r + 1) * dims])
+                    .collect();
+                match inner {
+                    Inner::Writer(ix) => ix.search_many(&queries, k, ef),
+                    Inner::Reader(rd) => rd.search_many(&queries, k, ef),
+                }
+            };
             let mut ids = vec![u64::MAX; rows * k];
             let mut dists = vec![f32::INFINITY; rows * k];
             let threads = match threads {
@@ -581,8 +597,10 @@ impl RawIndex {
             if threads <= 1 {
                 // On the calling thread: no thread start per call (it would dominate the
                 // latency of one small search).
-                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                    let hits = one(r, &data[r * dims..(r + 1) * dims]).map_err(to_py)?;
+                let all = batch(0, rows).map_err(to_py)?;
+                for ((hits, ids), dists) in
+                    all.iter().zip(ids.chunks_mut(k)).zip(dists.chunks_mut(k))
+                {
                     for (i, h) in hits.iter().enumerate().take(k) {
                         ids[i] = h.id;
                         dists[i] = h.distance;
@@ -597,14 +615,12 @@ impl RawIndex {
                     .zip(dists.chunks_mut(chunk * k))
                     .enumerate()
                     .map(|(c, (ids, dists))| {
-                        let data = &data;
-                        let one = &one;
+                        let batch = &batch;
                         s.spawn(move || -> Result<(), Error> {
-                            for (j, (ids, dists)) in
-                                ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate()
+                            let all = batch(c * chunk, ids.len() / k)?;
+                            for ((hits, ids), dists) in
+                                all.iter().zip(ids.chunks_mut(k)).zip(dists.chunks_mut(k))
                             {
-                                let r = c * chunk + j;
-                                let hits = one(r, &data[r * dims..(r + 1) * dims])?;
                                 for (i, h) in hits.iter().enumerate().take(k) {
                                     ids[i] = h.id;
                                     dists[i] = h.distance;

@@ -166,6 +166,12 @@ impl std::ops::Deref for AlignedVector {
     }
 }
 
+impl AsRef<[f32]> for AlignedVector {
+    fn as_ref(&self) -> &[f32] {
+        self
+    }
+}
+
 impl std::fmt::Debug for AlignedVector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()

@@ -39,6 +39,15 @@ pub use visited::VisitedSet;
 /// The empty neighbor word.
 pub const EMPTY: u32 = u32::MAX;
 
+/// Reads of exact vectors started together ([`GraphStore::start_exact_batch`]) and not
+/// waited for yet: a batch search walks the next query meanwhile ([`search_pipelined`]).
+pub trait ExactBatch {
+    /// Waits for the reads and puts the vectors into `out` (cleared first; f32, dims each, in
+    /// the order the slots were named). `false`, with `out` unspecified, where any read
+    /// failed: the caller reads each by [`GraphStore::exact_vector`].
+    fn finish(self: Box<Self>, out: &mut Vec<f32>) -> bool;
+}
+
 /// What HNSW needs from storage.
 pub trait GraphStore {
     /// Slots below this may be traversed (R for readers, all written slots for the writer).
@@ -66,13 +75,12 @@ pub trait GraphStore {
     /// the codes and neighbor lists every search walks out of the page cache. Does nothing by
     /// default.
     fn done_with_exact(&self, _slot: u32) {}
-    /// Reads the exact vectors of `slots` into `out` (f32, dims each, in order) all at once,
-    /// for a store whose vectors are on disk and far cheaper read together than one by one (a
-    /// file larger than memory: one submission, no page-cache pages). Returns `false`, with
-    /// `out` unspecified, where it doesn't: the caller reads each by
-    /// [`GraphStore::exact_vector`] (the default).
-    fn read_exact_batch(&self, _slots: &[u32], _out: &mut Vec<f32>) -> bool {
-        false
+    /// Starts reading the exact vectors of `slots` all at once, for a store whose vectors are
+    /// on disk and far cheaper read together than one by one (a file larger than memory: one
+    /// submission, no page-cache pages); [`ExactBatch::finish`] waits for them. `None` where
+    /// it doesn't (the default): the caller reads each by [`GraphStore::exact_vector`].
+    fn start_exact_batch(&self, _slots: &[u32]) -> Option<Box<dyn ExactBatch + '_>> {
+        None
     }
     /// The level-0 neighbor words of `slot` (M0 of them).
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]>;
@@ -497,6 +505,139 @@ pub fn search<S: GraphStore, F: Fn(u32) -> bool>(
     .unwrap_or_default()
 }
 
+/// A query walked and its exact ranking planned, its reads started or not yet: what
+/// [`search_pipelined`] holds for one query while it walks the next.
+enum Walked<'s> {
+    /// Walked by exact distances: nothing to rank.
+    Done(Vec<Scored>),
+    Ranking(rank::Ranking<'s>),
+}
+
+/// [`search`]'s walk, and the plan of its exact ranking (no vector read yet); `None` once
+/// the layer-0 beam has made more than `budget` distance computations.
+#[allow(clippy::too_many_arguments)]
+fn walk<'s, S: GraphStore, F: Fn(u32) -> bool>(
+    store: &'s S,
+    dist: &Distance,
+    q: &[f32],
+    entry_point: u32,
+    max_layer: usize,
+    k: usize,
+    ef: usize,
+    accept: F,
+    budget: u64,
+    scratch: &mut Scratch,
+) -> Option<Walked<'s>> {
+    let Some(v) = store.vector(entry_point) else {
+        return Some(Walked::Done(Vec::new()));
+    };
+    scratch.coded.forget();
+    scratch.distance_count += 1;
+    let start = Scored {
+        distance: dist.walk(q, v),
+        slot: entry_point,
+    };
+    let cur = descend(store, dist, q, start, max_layer, 0, scratch);
+    let (mut out, gave_up) =
+        search_layer_within(store, dist, q, cur, ef.max(k), 0, accept, budget, scratch);
+    if gave_up {
+        return None;
+    }
+    // Walked by high halves or codes: the ef found are ranked by exact distance (reading low
+    // halves or whole vectors) before keeping k, so every returned distance is exact.
+    if out.iter().any(|s| approximate(store, s.slot)) {
+        return Some(Walked::Ranking(rank::plan(
+            store, dist, q, &out, k, false, scratch,
+        )));
+    }
+    out.truncate(k);
+    Some(Walked::Done(out))
+}
+
+impl<'s> Walked<'s> {
+    /// Starts the reads of the vectors its ranking will most likely read.
+    fn start_reads<S: GraphStore>(&mut self, store: &'s S, scratch: &mut Scratch) {
+        if let Walked::Ranking(ranking) = self {
+            ranking.start_reads(store, scratch);
+        }
+    }
+
+    /// The `k` nearest by exact distance: starts the reads if they aren't yet, waits for
+    /// them, ranks.
+    fn finish<S: GraphStore>(
+        self,
+        store: &'s S,
+        dist: &Distance,
+        q: &[f32],
+        k: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<Scored> {
+        match self {
+            Walked::Done(hits) => hits,
+            Walked::Ranking(mut ranking) => {
+                if !ranking.started() {
+                    ranking.start_reads(store, scratch);
+                }
+                let mut hits = ranking.finish(store, dist, q, scratch);
+                hits.truncate(k);
+                hits
+            }
+        }
+    }
+}
+
+/// Searches each of `queries` on one thread as [`search`] would, with the same answers, but
+/// overlaps the reads of the vectors one query ranks exactly with the walk of the next: in a
+/// file larger than memory those reads go to disk ([`GraphStore::start_exact_batch`]), and a
+/// query would otherwise wait for them with nothing to do. Hands `each(i, hits)` each
+/// query's hits, in order. Elsewhere (a file that fits) it is [`search`] in a loop.
+#[allow(clippy::too_many_arguments)]
+pub fn search_pipelined<S: GraphStore, F: Fn(u32) -> bool, Q: AsRef<[f32]>>(
+    store: &S,
+    dist: &Distance,
+    queries: &[Q],
+    entry_point: u32,
+    max_layer: usize,
+    k: usize,
+    ef: usize,
+    accept: F,
+    scratch: &mut Scratch,
+    mut each: impl FnMut(usize, Vec<Scored>),
+) {
+    // The previous query, its reads in flight while this one walks. One batch of reads is in
+    // flight at a time: the previous query's are waited for before this one's start.
+    let mut previous: Option<(usize, Walked<'_>)> = None;
+    for (i, q) in queries.iter().enumerate() {
+        let mut walked = walk(
+            store,
+            dist,
+            q.as_ref(),
+            entry_point,
+            max_layer,
+            k,
+            ef,
+            &accept,
+            u64::MAX,
+            scratch,
+        )
+        .unwrap_or(Walked::Done(Vec::new()));
+        if let Some((j, before)) = previous.take() {
+            each(
+                j,
+                before.finish(store, dist, queries[j].as_ref(), k, scratch),
+            );
+        }
+        walked.start_reads(store, scratch);
+        previous = Some((i, walked));
+    }
+    if let Some((j, before)) = previous {
+        each(
+            j,
+            before.finish(store, dist, queries[j].as_ref(), k, scratch),
+        );
+    }
+}
+
 /// [`search`] that gives up (`None`) once its layer-0 beam has made more than `budget`
 /// distance computations: a filtered search's signal that scanning the slots that pass is
 /// cheaper (Lucene's exact-search fallback).
@@ -513,28 +654,19 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
     budget: u64,
     scratch: &mut Scratch,
 ) -> Option<Vec<Scored>> {
-    let Some(v) = store.vector(entry_point) else {
-        return Some(Vec::new());
-    };
-    scratch.coded.forget();
-    scratch.distance_count += 1;
-    let start = Scored {
-        distance: dist.walk(q, v),
-        slot: entry_point,
-    };
-    let cur = descend(store, dist, q, start, max_layer, 0, scratch);
-    let (mut out, gave_up) =
-        search_layer_within(store, dist, q, cur, ef.max(k), 0, accept, budget, scratch);
-    if gave_up {
-        return None;
-    }
-    // Walked by high halves or codes: rank the ef found by exact distance (reading low halves
-    // or whole vectors) before keeping k, so every returned distance is exact.
-    if out.iter().any(|s| approximate(store, s.slot)) {
-        out = rank_exactly(store, dist, q, &out, k, false, scratch);
-    }
-    out.truncate(k);
-    Some(out)
+    let walked = walk(
+        store,
+        dist,
+        q,
+        entry_point,
+        max_layer,
+        k,
+        ef,
+        accept,
+        budget,
+        scratch,
+    )?;
+    Some(walked.finish(store, dist, q, k, scratch))
 }
 
 /// The exact `k` nearest of `slots` (each scored once; slots without a vector are skipped),
@@ -1216,165 +1348,6 @@ mod tests {
                 "{metric:?}: ranked {ranked_total} of {}",
                 queries * ef
             );
-        }
-    }
-
-    /// A store of `dims`-dimensional points walked by int8 codes (`coded`) or by vectors,
-    /// recording the slots ranking names to it and gives back.
-    struct CodedPoints {
-        vectors: Vec<Vec<f32>>,
-        codes: Vec<Vec<u8>>,
-        aux: Vec<(f32, f32)>,
-        book: crate::format::codes::Codebook,
-        lists: Vec<Vec<AtomicU32>>,
-        coded: bool,
-        named: Mutex<Vec<u32>>,
-        given_back: Mutex<Vec<u32>>,
-        /// Whether [`GraphStore::read_exact_batch`] reads (as a file larger than memory
-        /// does), and the slots it read.
-        batch: bool,
-        batched: Mutex<Vec<u32>>,
-    }
-
-    impl GraphStore for CodedPoints {
-        fn routing_count(&self) -> u32 {
-            self.vectors.len() as u32
-        }
-        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
-            if self.coded {
-                let code = self.codes.get(slot as usize)?;
-                Some(VectorRef::Code(code, &self.book))
-            } else {
-                self.exact_vector(slot)
-            }
-        }
-        fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
-            self.vectors.get(slot as usize).map(|v| VectorRef::F32(v))
-        }
-        fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
-            self.aux.get(slot as usize).copied().filter(|_| self.coded)
-        }
-        fn will_need_exact(&self, slot: u32) {
-            self.named.lock().unwrap().push(slot);
-        }
-        fn done_with_exact(&self, slot: u32) {
-            self.given_back.lock().unwrap().push(slot);
-        }
-        fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
-            if !self.batch {
-                return false;
-            }
-            out.clear();
-            for &slot in slots {
-                out.extend_from_slice(&self.vectors[slot as usize]);
-            }
-            self.batched.lock().unwrap().extend_from_slice(slots);
-            true
-        }
-        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
-            self.lists.get(slot as usize).map(|l| &l[..])
-        }
-        fn upper(&self, _: u32, _: usize) -> Option<&[AtomicU32]> {
-            None
-        }
-    }
-
-    /// Fails if a search walked by codes doesn't give back every vector it named for ranking
-    /// (a file larger than memory would keep them crowding its page cache), gives one back
-    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes);
-    /// and, where the store reads vectors in batches (a file larger than memory, os/direct.rs),
-    /// if the answer differs from ranking through the mapping, a vector is both read in the
-    /// batch and named, a ranked vector was neither, the batch holds fewer than k, or it reads
-    /// in batches after a walk by vectors.
-    #[test]
-    fn ranking_after_a_walk_by_codes_gives_back_what_it_named() {
-        use crate::format::codes::{CodeKind, Codebook};
-        let (n, dims, k, ef) = (600usize, 16usize, 10, 48);
-        let mut x = 0x9e37_79b9_u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
-        let vectors: Vec<Vec<f32>> = (0..n)
-            .map(|_| (0..dims).map(|_| next()).collect())
-            .collect();
-        let book = Codebook::train(CodeKind::Int8, dims, vectors.iter().map(|v| v.as_slice()));
-        let (mut codes, mut aux) = (Vec::new(), Vec::new());
-        for v in &vectors {
-            let mut code = vec![0u8; CodeKind::Int8.code_bytes(dims as u32) as usize];
-            aux.push(book.encode(v, &mut code));
-            codes.push(code);
-        }
-        let mut store = CodedPoints {
-            lists: (0..n)
-                .map(|_| (0..16).map(|_| AtomicU32::new(EMPTY)).collect())
-                .collect(),
-            vectors,
-            codes,
-            aux,
-            book,
-            coded: false,
-            named: Mutex::default(),
-            given_back: Mutex::default(),
-            batch: false,
-            batched: Mutex::default(),
-        };
-        let params = Params {
-            m: 8,
-            m0: 16,
-            ef_construction: 64,
-            max_layers: 1,
-        };
-        let dist = Distance::new(Metric::L2Squared);
-        let mut scratch = Scratch::default();
-        for slot in 0..n as u32 {
-            let entry = (slot > 0).then_some((0, 0));
-            insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
-        }
-        for (coded, batch) in [(true, false), (true, true), (false, false), (false, true)] {
-            store.coded = coded;
-            store.batch = batch;
-            for qi in 0..20 {
-                let q: Vec<f32> = (0..dims)
-                    .map(|j| ((qi * 13 + j * 5) % 11) as f32 / 5.5 - 1.0)
-                    .collect();
-                store.batch = false;
-                let through_mapping =
-                    search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
-                store.batch = batch;
-                store.named.lock().unwrap().clear();
-                store.given_back.lock().unwrap().clear();
-                store.batched.lock().unwrap().clear();
-                let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
-                assert_eq!(got.len(), k);
-                assert_eq!(
-                    got, through_mapping,
-                    "query {qi}: a batch changed the answer"
-                );
-                let mut named = store.named.lock().unwrap().clone();
-                let mut given_back = store.given_back.lock().unwrap().clone();
-                let batched = store.batched.lock().unwrap().clone();
-                if coded {
-                    assert!(
-                        !batch || batched.len() >= k,
-                        "query {qi}: batch {batched:?}"
-                    );
-                    let both = batched.iter().find(|s| named.contains(s));
-                    assert!(both.is_none(), "query {qi}: {both:?} read and named");
-                    let unread = got
-                        .iter()
-                        .find(|s| !named.contains(&s.slot) && !batched.contains(&s.slot));
-                    assert!(unread.is_none(), "query {qi}: ranked {unread:?} unnamed");
-                    named.sort_unstable();
-                    given_back.sort_unstable();
-                    assert_eq!(given_back, named, "query {qi}");
-                } else {
-                    assert!(given_back.is_empty(), "query {qi}: {given_back:?}");
-                    assert!(batched.is_empty(), "query {qi}: {batched:?}");
-                }
-            }
         }
     }
 }

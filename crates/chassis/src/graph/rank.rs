@@ -8,7 +8,7 @@
 //! is several times its expected size: a likely bound, not a proof); every vector named to the
 //! store before it is read is given back after a walk by codes.
 
-use super::{prefetch, Distance, GraphStore, Metric, Scored, Scratch, VectorRef};
+use super::{prefetch, Distance, ExactBatch, GraphStore, Metric, Scored, Scratch, VectorRef};
 
 /// How many found vectors ahead of the one being ranked have their exact bytes prefetched
 /// into the CPU's caches.
@@ -97,8 +97,44 @@ pub(super) fn rank_exactly<S: GraphStore>(
     by_vectors: bool,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
+    let mut ranking = plan(store, dist, q, found, k, by_vectors, scratch);
+    ranking.start_reads(store, scratch);
+    ranking.finish(store, dist, q, scratch)
+}
+
+/// A ranking planned ([`plan`]): the found vectors in the order of their lower bounds, and how
+/// many of them ranking will most likely read. Its reads are started by
+/// [`Ranking::start_reads`] and waited for by [`Ranking::finish`], so a batch search can walk
+/// the next query in between ([`super::search_pipelined`]).
+pub struct Ranking<'s> {
+    order: Vec<Scored>,
+    k: usize,
+    /// How many of `order` (a prefix) are read together or named to the store at once.
+    likely: usize,
+    coded_walk: bool,
+    batch: Option<Box<dyn ExactBatch + 's>>,
+    started: bool,
+}
+
+/// Plans the exact ranking of `found` ([`rank_exactly`]); reads nothing from the vectors.
+pub(super) fn plan<'s, S: GraphStore>(
+    store: &'s S,
+    dist: &Distance,
+    q: &[f32],
+    found: &[Scored],
+    k: usize,
+    by_vectors: bool,
+    scratch: &mut Scratch,
+) -> Ranking<'s> {
     if k == 0 {
-        return Vec::new();
+        return Ranking {
+            order: Vec::new(),
+            k,
+            likely: 0,
+            coded_walk: false,
+            batch: None,
+            started: false,
+        };
     }
     let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
     // The codebook the walk read (a file has one), for the query's spread over its steps and
@@ -143,98 +179,141 @@ pub(super) fn rank_exactly<S: GraphStore>(
         })
         .collect();
     order.sort_unstable();
-    // The vectors ranking will most likely read (a prefix of `order`): read together where the
-    // store can (a file larger than memory: one submission, past the page cache), else named
-    // to it together so their misses overlap. `named`: how many of `order` are read or named
-    // so far; `batched`: how many of them came in the batch (in `scratch.batch`).
-    let mut named = likely_count(&order, found, k);
+    let likely = likely_count(&order, found, k);
     let coded_walk = !by_vectors && order.first().is_some_and(|s| is_coded(store, s.slot));
-    let dims = q.len();
-    let mut batched = 0;
-    if coded_walk && named > 0 {
-        scratch.batch_slots.clear();
-        scratch
-            .batch_slots
-            .extend(order[..named].iter().map(|s| s.slot));
-        if store.read_exact_batch(&scratch.batch_slots, &mut scratch.batch)
-            && scratch.batch.len() == named * dims
-        {
-            batched = named;
+    Ranking {
+        order,
+        k,
+        likely,
+        coded_walk,
+        batch: None,
+        started: false,
+    }
+}
+
+impl<'s> Ranking<'s> {
+    /// Whether [`Ranking::start_reads`] ran.
+    pub(super) fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Starts reading the vectors ranking will most likely read, all at once: together where
+    /// the store can (a file larger than memory after a walk by codes: one submission, past
+    /// the page cache), else named to it so their misses overlap.
+    pub(super) fn start_reads<S: GraphStore>(&mut self, store: &'s S, scratch: &mut Scratch) {
+        self.started = true;
+        let likely = &self.order[..self.likely];
+        if self.coded_walk && !likely.is_empty() {
+            scratch.batch_slots.clear();
+            scratch.batch_slots.extend(likely.iter().map(|s| s.slot));
+            self.batch = store.start_exact_batch(&scratch.batch_slots);
+        }
+        if self.batch.is_none() {
+            likely.iter().for_each(|s| store.will_need_exact(s.slot));
         }
     }
-    order[batched..named]
-        .iter()
-        .for_each(|s| store.will_need_exact(s.slot));
-    // Cache lines: the bytes an exact distance reads beyond the walk's (the low halves of a
-    // split vector, the whole vector when the walk read a code), a fixed distance ahead.
-    let prefetch_lines = |s: &Scored| {
-        if let Some(v) = store.exact_vector(s.slot) {
-            if coded_walk {
-                prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
+
+    /// The nearest `k` by exact distance, nearest first ([`rank_exactly`]).
+    pub(super) fn finish<S: GraphStore>(
+        self,
+        store: &'s S,
+        dist: &Distance,
+        q: &[f32],
+        scratch: &mut Scratch,
+    ) -> Vec<Scored> {
+        let Ranking {
+            order,
+            k,
+            likely,
+            coded_walk,
+            batch,
+            ..
+        } = self;
+        let dims = q.len();
+        // `batched`: how many of `order` came in the batch (in `scratch.batch`); `named`: how
+        // many are read or named so far (a prefix).
+        let mut batched = 0;
+        if let Some(batch) = batch {
+            if batch.finish(&mut scratch.batch) && scratch.batch.len() == likely * dims {
+                batched = likely;
             } else {
-                let low = v.as_ptr().wrapping_add(v.walk_bytes());
-                prefetch(low, v.walk_bytes().div_ceil(64));
+                order[..likely]
+                    .iter()
+                    .for_each(|s| store.will_need_exact(s.slot));
             }
         }
-    };
-    order
-        .iter()
-        .skip(batched)
-        .take(k + RANK_PREFETCH_AHEAD)
-        .for_each(prefetch_lines);
-    // A max-heap of the nearest k so far: its top is the k-th exact distance.
-    let nearest = &mut scratch.results;
-    nearest.clear();
-    for (i, s) in order.iter().enumerate() {
-        let kth = if nearest.len() >= k {
-            nearest.peek().map(|kth| kth.distance)
-        } else {
-            None
-        };
-        if kth.is_some_and(|kth| s.distance > kth) {
-            break;
-        }
-        let ahead = i + k + RANK_PREFETCH_AHEAD;
-        if let Some(ahead) = order.get(ahead).filter(|_| ahead >= batched) {
-            prefetch_lines(ahead);
-        }
-        // Ranking past the likely ones: name the next few that the k-th exact distance so
-        // far can't rule out (it only falls, so a vector it rules out is never read).
-        while named < order.len()
-            && named <= i + RANK_NAME_AHEAD
-            && kth.is_none_or(|kth| order[named].distance <= kth)
-        {
-            store.will_need_exact(order[named].slot);
-            named += 1;
-        }
-        let v = if i < batched {
-            VectorRef::F32(&scratch.batch[i * dims..(i + 1) * dims])
-        } else {
-            match store.exact_vector(s.slot) {
-                Some(v) => v,
-                None => continue,
+        let mut named = likely;
+        // Cache lines: the bytes an exact distance reads beyond the walk's (the low halves of
+        // a split vector, the whole vector when the walk read a code), a fixed distance ahead.
+        let prefetch_lines = |s: &Scored| {
+            if let Some(v) = store.exact_vector(s.slot) {
+                if coded_walk {
+                    prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
+                } else {
+                    let low = v.as_ptr().wrapping_add(v.walk_bytes());
+                    prefetch(low, v.walk_bytes().div_ceil(64));
+                }
             }
         };
-        scratch.distance_count += 1;
-        nearest.push(Scored {
-            distance: dist.exact(q, v, &mut scratch.exact),
-            slot: s.slot,
-        });
-        if nearest.len() > k {
-            nearest.pop();
-        }
-    }
-    // Vectors ranked after a walk by codes are bytes no walk reads: a file larger than memory
-    // gives back those it named (ranked or not), once every distance is taken. A batch read
-    // took no page-cache pages.
-    if coded_walk {
-        order[batched..named]
+        order
             .iter()
-            .for_each(|s| store.done_with_exact(s.slot));
+            .skip(batched)
+            .take(k + RANK_PREFETCH_AHEAD)
+            .for_each(prefetch_lines);
+        // A max-heap of the nearest k so far: its top is the k-th exact distance.
+        let nearest = &mut scratch.results;
+        nearest.clear();
+        for (i, s) in order.iter().enumerate() {
+            let kth = if nearest.len() >= k {
+                nearest.peek().map(|kth| kth.distance)
+            } else {
+                None
+            };
+            if kth.is_some_and(|kth| s.distance > kth) {
+                break;
+            }
+            let ahead = i + k + RANK_PREFETCH_AHEAD;
+            if let Some(ahead) = order.get(ahead).filter(|_| ahead >= batched) {
+                prefetch_lines(ahead);
+            }
+            // Ranking past the likely ones: name the next few that the k-th exact distance
+            // so far can't rule out (it only falls, so a vector it rules out is never read).
+            while named < order.len()
+                && named <= i + RANK_NAME_AHEAD
+                && kth.is_none_or(|kth| order[named].distance <= kth)
+            {
+                store.will_need_exact(order[named].slot);
+                named += 1;
+            }
+            let v = if i < batched {
+                VectorRef::F32(&scratch.batch[i * dims..(i + 1) * dims])
+            } else {
+                match store.exact_vector(s.slot) {
+                    Some(v) => v,
+                    None => continue,
+                }
+            };
+            scratch.distance_count += 1;
+            nearest.push(Scored {
+                distance: dist.exact(q, v, &mut scratch.exact),
+                slot: s.slot,
+            });
+            if nearest.len() > k {
+                nearest.pop();
+            }
+        }
+        // Vectors ranked after a walk by codes are bytes no walk reads: a file larger than
+        // memory gives back those it named (ranked or not), once every distance is taken. A
+        // batch read took no page-cache pages.
+        if coded_walk {
+            order[batched..named]
+                .iter()
+                .for_each(|s| store.done_with_exact(s.slot));
+        }
+        let mut out: Vec<Scored> = nearest.drain().collect();
+        out.sort_unstable();
+        out
     }
-    let mut out: Vec<Scored> = nearest.drain().collect();
-    out.sort_unstable();
-    out
 }
 
 /// How many of `order` (sorted by lower bound) ranking will most likely read: those whose
@@ -268,4 +347,246 @@ fn likely_count(order: &[Scored], found: &[Scored], k: usize) -> usize {
 /// Whether a search walks by `slot`'s code rather than its vector.
 fn is_coded<S: GraphStore>(store: &S, slot: u32) -> bool {
     store.vector(slot).is_some_and(|v| v.is_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use std::sync::Mutex;
+
+    /// Vectors a test store "read" in a batch, and how many walk reads the store had served
+    /// when the batch started.
+    struct Copied<'a> {
+        vectors: Vec<Vec<f32>>,
+        store: &'a CodedPoints,
+        started_at: u64,
+    }
+
+    impl ExactBatch for Copied<'_> {
+        fn finish(self: Box<Self>, out: &mut Vec<f32>) -> bool {
+            out.clear();
+            self.vectors.iter().for_each(|v| out.extend_from_slice(v));
+            let walked_since = self.store.walk_reads.load(Ordering::Relaxed) - self.started_at;
+            self.store.gaps.lock().unwrap().push(walked_since);
+            true
+        }
+    }
+
+    /// A store of `dims`-dimensional points walked by int8 codes (`coded`) or by vectors,
+    /// recording the slots ranking names to it and gives back.
+    struct CodedPoints {
+        vectors: Vec<Vec<f32>>,
+        codes: Vec<Vec<u8>>,
+        aux: Vec<(f32, f32)>,
+        book: crate::format::codes::Codebook,
+        lists: Vec<Vec<AtomicU32>>,
+        coded: bool,
+        named: Mutex<Vec<u32>>,
+        given_back: Mutex<Vec<u32>>,
+        /// Whether [`GraphStore::start_exact_batch`] reads (as a file larger than memory
+        /// does), and the slots it read.
+        batch: bool,
+        batched: Mutex<Vec<u32>>,
+        /// Calls of [`GraphStore::vector`] (walk reads), and for each batch finished, how many
+        /// there were between its start and its finish.
+        walk_reads: AtomicU64,
+        gaps: Mutex<Vec<u64>>,
+    }
+
+    impl GraphStore for CodedPoints {
+        fn routing_count(&self) -> u32 {
+            self.vectors.len() as u32
+        }
+        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.walk_reads.fetch_add(1, Ordering::Relaxed);
+            if self.coded {
+                let code = self.codes.get(slot as usize)?;
+                Some(VectorRef::Code(code, &self.book))
+            } else {
+                self.exact_vector(slot)
+            }
+        }
+        fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.vectors.get(slot as usize).map(|v| VectorRef::F32(v))
+        }
+        fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+            self.aux.get(slot as usize).copied().filter(|_| self.coded)
+        }
+        fn will_need_exact(&self, slot: u32) {
+            self.named.lock().unwrap().push(slot);
+        }
+        fn done_with_exact(&self, slot: u32) {
+            self.given_back.lock().unwrap().push(slot);
+        }
+        fn start_exact_batch(&self, slots: &[u32]) -> Option<Box<dyn ExactBatch + '_>> {
+            if !self.batch {
+                return None;
+            }
+            self.batched.lock().unwrap().extend_from_slice(slots);
+            let vectors = slots.iter().map(|&s| self.vectors[s as usize].clone());
+            Some(Box::new(Copied {
+                vectors: vectors.collect(),
+                store: self,
+                started_at: self.walk_reads.load(Ordering::Relaxed),
+            }))
+        }
+        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+            self.lists.get(slot as usize).map(|l| &l[..])
+        }
+        fn upper(&self, _: u32, _: usize) -> Option<&[AtomicU32]> {
+            None
+        }
+    }
+
+    /// Fails if a search walked by codes doesn't give back every vector it named for ranking
+    /// (a file larger than memory would keep them crowding its page cache), gives one back
+    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes);
+    /// and, where the store reads vectors in batches (a file larger than memory, os/direct.rs),
+    /// if the answer differs from ranking through the mapping, a vector is both read in the
+    /// batch and named, a ranked vector was neither, the batch holds fewer than k, or it reads
+    /// in batches after a walk by vectors; and if a pipelined batch search
+    /// ([`search_pipelined`]) answers otherwise than one search at a time, out of order, or
+    /// waits for a query's batch before the next query has walked.
+    #[test]
+    fn ranking_after_a_walk_by_codes_gives_back_what_it_named() {
+        use crate::format::codes::{CodeKind, Codebook};
+        let (n, dims, k, ef) = (600usize, 16usize, 10, 48);
+        let mut x = 0x9e37_79b9_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let vectors: Vec<Vec<f32>> = (0..n)
+            .map(|_| (0..dims).map(|_| next()).collect())
+            .collect();
+        let book = Codebook::train(CodeKind::Int8, dims, vectors.iter().map(|v| v.as_slice()));
+        let (mut codes, mut aux) = (Vec::new(), Vec::new());
+        for v in &vectors {
+            let mut code = vec![0u8; CodeKind::Int8.code_bytes(dims as u32) as usize];
+            aux.push(book.encode(v, &mut code));
+            codes.push(code);
+        }
+        let mut store = CodedPoints {
+            lists: (0..n)
+                .map(|_| (0..16).map(|_| AtomicU32::new(EMPTY)).collect())
+                .collect(),
+            vectors,
+            codes,
+            aux,
+            book,
+            coded: false,
+            named: Mutex::default(),
+            given_back: Mutex::default(),
+            batch: false,
+            batched: Mutex::default(),
+            walk_reads: AtomicU64::new(0),
+            gaps: Mutex::default(),
+        };
+        let params = Params {
+            m: 8,
+            m0: 16,
+            ef_construction: 64,
+            max_layers: 1,
+        };
+        let dist = Distance::new(Metric::L2Squared);
+        let mut scratch = Scratch::default();
+        for slot in 0..n as u32 {
+            let entry = (slot > 0).then_some((0, 0));
+            insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
+        }
+        for (coded, batch) in [(true, false), (true, true), (false, false), (false, true)] {
+            store.coded = coded;
+            store.batch = batch;
+            for qi in 0..20 {
+                let q: Vec<f32> = (0..dims)
+                    .map(|j| ((qi * 13 + j * 5) % 11) as f32 / 5.5 - 1.0)
+                    .collect();
+                store.batch = false;
+                let through_mapping =
+                    search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
+                store.batch = batch;
+                store.named.lock().unwrap().clear();
+                store.given_back.lock().unwrap().clear();
+                store.batched.lock().unwrap().clear();
+                let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
+                assert_eq!(got.len(), k);
+                assert_eq!(
+                    got, through_mapping,
+                    "query {qi}: a batch changed the answer"
+                );
+                let mut named = store.named.lock().unwrap().clone();
+                let mut given_back = store.given_back.lock().unwrap().clone();
+                let batched = store.batched.lock().unwrap().clone();
+                if coded {
+                    assert!(
+                        !batch || batched.len() >= k,
+                        "query {qi}: batch {batched:?}"
+                    );
+                    let both = batched.iter().find(|s| named.contains(s));
+                    assert!(both.is_none(), "query {qi}: {both:?} read and named");
+                    let unread = got
+                        .iter()
+                        .find(|s| !named.contains(&s.slot) && !batched.contains(&s.slot));
+                    assert!(unread.is_none(), "query {qi}: ranked {unread:?} unnamed");
+                    named.sort_unstable();
+                    given_back.sort_unstable();
+                    assert_eq!(given_back, named, "query {qi}");
+                } else {
+                    assert!(given_back.is_empty(), "query {qi}: {given_back:?}");
+                    assert!(batched.is_empty(), "query {qi}: {batched:?}");
+                }
+            }
+        }
+
+        // Pipelined: the same answers, each query's batch read while the next one walks.
+        store.coded = true;
+        let queries: Vec<Vec<f32>> = (0..20)
+            .map(|qi| {
+                (0..dims)
+                    .map(|j| ((qi * 7 + j * 3) % 13) as f32 / 6.5 - 1.0)
+                    .collect()
+            })
+            .collect();
+        for batch in [false, true] {
+            store.batch = batch;
+            store.gaps.lock().unwrap().clear();
+            let one_by_one: Vec<Vec<Scored>> = queries
+                .iter()
+                .map(|q| search(&store, &dist, q, 0, 0, k, ef, |_| true, &mut scratch))
+                .collect();
+            assert!(store.gaps.lock().unwrap().iter().all(|&g| g == 0));
+            store.gaps.lock().unwrap().clear();
+            let mut pipelined = vec![Vec::new(); queries.len()];
+            let mut order = Vec::new();
+            search_pipelined(
+                &store,
+                &dist,
+                &queries,
+                0,
+                0,
+                k,
+                ef,
+                |_| true,
+                &mut scratch,
+                |i, hits| {
+                    order.push(i);
+                    pipelined[i] = hits;
+                },
+            );
+            assert_eq!(order, (0..queries.len()).collect::<Vec<_>>());
+            assert_eq!(pipelined, one_by_one, "batch {batch}");
+            let gaps = store.gaps.lock().unwrap().clone();
+            if batch {
+                // Every batch but the last waited while the next query walked.
+                assert_eq!(gaps.len(), queries.len());
+                assert!(gaps[..gaps.len() - 1].iter().all(|&g| g > 0), "{gaps:?}");
+                assert_eq!(gaps[gaps.len() - 1], 0);
+            } else {
+                assert!(gaps.is_empty());
+            }
+        }
+    }
 }

@@ -41,7 +41,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
 use crate::format::vector::VectorRef;
-use crate::graph::{Distance, GraphStore, Metric, Params, Scratch};
+use crate::graph::{self, Distance, GraphStore, Metric, Params, Scratch};
 use crate::query::prepare_vector;
 use crate::storage::{Regions, Store};
 
@@ -124,6 +124,14 @@ struct View<'a> {
     codes: bool,
 }
 
+/// Vectors a search ranks, read past the page cache (storage::start_vectors_direct), for the
+/// writer's and a reader's stores alike.
+impl graph::ExactBatch for crate::storage::PendingVectors<'_> {
+    fn finish(self: Box<Self>, out: &mut Vec<f32>) -> bool {
+        crate::storage::PendingVectors::finish(*self, out)
+    }
+}
+
 impl GraphStore for View<'_> {
     #[inline]
     fn routing_count(&self) -> u32 {
@@ -157,8 +165,8 @@ impl GraphStore for View<'_> {
     fn done_with_exact(&self, slot: u32) {
         self.store.release_vector(slot)
     }
-    fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
-        self.store.read_vectors(slots, out)
+    fn start_exact_batch(&self, slots: &[u32]) -> Option<Box<dyn graph::ExactBatch + '_>> {
+        Some(Box::new(self.store.start_vectors(slots)?))
     }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[std::sync::atomic::AtomicU32]> {

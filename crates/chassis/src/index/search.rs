@@ -40,6 +40,19 @@ impl Index {
         self.current().search(query, k, ef)
     }
 
+    /// The `k` nearest live vectors to each of `queries`, one after another on the calling
+    /// thread, on one publication: the answers [`Index::search`] gives, faster where the file
+    /// is larger than memory, since each query's reads of the vectors it ranks overlap the
+    /// next query's walk ([`graph::search_pipelined`]).
+    pub fn search_many<Q: AsRef<[f32]>>(
+        &self,
+        queries: &[Q],
+        k: usize,
+        ef: usize,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        self.current().search_many(queries, k, ef)
+    }
+
     /// Every live id, in slot order.
     pub fn ids(&self) -> Result<Vec<u64>> {
         self.current().ids()
@@ -158,6 +171,86 @@ impl Published {
                     id: self.id_of(s.slot)?,
                     distance: s.distance,
                 })
+            })
+            .collect()
+    }
+
+    fn search_many<Q: AsRef<[f32]>>(
+        &self,
+        queries: &[Q],
+        k: usize,
+        ef: usize,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        let prepared = queries
+            .iter()
+            .map(|q| self.prepare(q.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let routing = self.routing();
+        let want = k.min(self.len_at(routing));
+        let Some((ep, max_layer)) = self.entry else {
+            return Ok(vec![Vec::new(); queries.len()]);
+        };
+        if want == 0 {
+            return Ok(vec![Vec::new(); queries.len()]);
+        }
+        let view = self.view(routing);
+        let dist = &self.shared.dist;
+        let mut scratch = self.shared.take_scratch();
+        let distances_before = scratch.distance_count;
+        let mut found = vec![Vec::new(); queries.len()];
+        let keep = |i: usize, hits: Vec<Scored>| found[i] = hits;
+        let ef = ef.max(k);
+        if self.no_deletes() {
+            graph::search_pipelined(
+                &view,
+                dist,
+                &prepared,
+                ep,
+                max_layer,
+                k,
+                ef,
+                |_| true,
+                &mut scratch,
+                keep,
+            );
+        } else {
+            graph::search_pipelined(
+                &view,
+                dist,
+                &prepared,
+                ep,
+                max_layer,
+                k,
+                ef,
+                |s| self.slot_live(s, routing),
+                &mut scratch,
+                keep,
+            );
+        }
+        self.shared.search_distances.fetch_add(
+            scratch.distance_count - distances_before,
+            AtomicOrdering::Relaxed,
+        );
+        self.shared.put_scratch(scratch);
+        found
+            .into_iter()
+            .zip(queries)
+            .map(|(hits, query)| {
+                if hits.len() < want {
+                    // Short (many deletes, unreachable nodes): widen as one search would.
+                    return self.search(query.as_ref(), k, ef);
+                }
+                hits.into_iter()
+                    .map(|s| {
+                        Ok(Neighbor {
+                            id: self.id_of(s.slot)?,
+                            distance: s.distance,
+                        })
+                    })
+                    .collect()
             })
             .collect()
     }

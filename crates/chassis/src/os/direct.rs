@@ -18,6 +18,7 @@
 
 use std::cell::RefCell;
 use std::fs::File;
+use std::marker::PhantomData;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,8 +28,9 @@ use io_uring::{opcode, types, IoUring};
 /// logical block size in common use; any smaller one divides it).
 const ALIGN: usize = 4096;
 
-/// Reads in flight at once (the ring's submission queue).
-const RING_ENTRIES: u32 = 64;
+/// The most reads one batch holds (the ring's submission queue): a larger batch is refused
+/// and read through the mapping.
+pub const MOST_READS: usize = 128;
 
 /// The same file as an index's [`super::FileStorage`], opened again for direct reads.
 #[derive(Debug)]
@@ -37,6 +39,17 @@ pub struct DirectFile {
     /// Set when a read was refused for good (the file system or device doesn't take direct
     /// reads of this alignment): no more are tried.
     refused: AtomicBool,
+}
+
+/// One read of a batch: where it reads (aligned), where its bytes land in the buffer, and
+/// where the caller's range lies within them.
+#[derive(Clone, Copy)]
+struct Planned {
+    start: u64,
+    read_len: u32,
+    at: usize,
+    skip: usize,
+    len: usize,
 }
 
 impl DirectFile {
@@ -59,126 +72,175 @@ impl DirectFile {
         })
     }
 
-    /// Reads each `(offset, len)` of `reads` from the file, all submitted together, and hands
-    /// `each(i, bytes)` the bytes of the `i`-th, in order, once every read has completed.
-    /// Returns `false`, having called `each` for none of them, where the reads could not all
-    /// be made (no io_uring on this kernel or in this sandbox, a refused or failed or short
-    /// read): the caller reads through its mapping instead.
-    pub fn read_many(&self, reads: &[(u64, usize)], mut each: impl FnMut(usize, &[u8])) -> bool {
-        if reads.is_empty() || self.refused.load(Ordering::Relaxed) {
-            return reads.is_empty();
+    /// Starts reading each `(offset, len)` of `reads` from the file, all in one submission,
+    /// without waiting: [`Pending::finish`] waits and hands the bytes out. `None` where the
+    /// reads can't be started (no io_uring on this kernel or in this sandbox, more than
+    /// [`MOST_READS`], direct reads refused earlier, another batch of this thread still
+    /// pending): the caller reads through its mapping instead.
+    pub fn start_many(&self, reads: &[(u64, usize)]) -> Option<Pending<'_>> {
+        if reads.is_empty() || reads.len() > MOST_READS || self.refused.load(Ordering::Relaxed) {
+            return None;
         }
-        // Aligned reads covering each range, laid end to end in the buffer: (aligned file
-        // offset, length read, where in the buffer, bytes that must come back).
+        // Aligned reads covering each range, laid end to end in the buffer.
         let mut plan = Vec::with_capacity(reads.len());
         let mut total = 0usize;
         for &(off, len) in reads {
-            let Ok(off) = usize::try_from(off) else {
-                return false;
-            };
+            let off = usize::try_from(off).ok()?;
             let start = off / ALIGN * ALIGN;
-            let Some(end) = off.checked_add(len).map(|e| e.div_ceil(ALIGN) * ALIGN) else {
-                return false;
-            };
-            let Ok(read_len) = u32::try_from(end - start) else {
-                return false;
-            };
-            plan.push((start as u64, read_len, total, off - start + len));
+            let end = off.checked_add(len)?.div_ceil(ALIGN) * ALIGN;
+            plan.push(Planned {
+                start: start as u64,
+                read_len: u32::try_from(end - start).ok()?,
+                at: total,
+                skip: off - start,
+                len,
+            });
             total += end - start;
         }
-        RING.with(|ring| {
-            let mut ring = ring.borrow_mut();
-            if matches!(*ring, Ring::Untried) {
-                *ring = match IoUring::new(RING_ENTRIES) {
-                    Ok(uring) => Ring::Ready(Box::new(uring), Vec::new()),
-                    Err(_) => Ring::Off,
-                };
-            }
-            let Ring::Ready(uring, buf) = &mut *ring else {
-                return false;
-            };
-            // Grown only here, when nothing is in flight.
-            if buf.len() < total + ALIGN {
-                buf.resize(total + ALIGN, 0);
-            }
-            let base = buf.as_ptr().align_offset(ALIGN);
-            for round in plan.chunks(RING_ENTRIES as usize) {
-                match self.read_round(uring, &mut buf[base..], round) {
-                    Round::Done => {}
-                    Round::Failed => return false,
-                    Round::Refused => {
-                        self.refused.store(true, Ordering::Relaxed);
-                        return false;
-                    }
-                    Round::Broken => {
-                        // A read may still be in flight into the buffer: leak it and the ring.
-                        if let Ring::Ready(uring, buf) = std::mem::replace(&mut *ring, Ring::Off) {
-                            std::mem::forget(uring);
-                            std::mem::forget(buf);
-                        }
-                        return false;
-                    }
-                }
-            }
-            for (i, (&(off, len), &(start, _, at, _))) in reads.iter().zip(&plan).enumerate() {
-                let from = base + at + (off - start) as usize;
-                each(i, &buf[from..from + len]);
-            }
-            true
-        })
-    }
-
-    /// Issues the reads of one `round` of the plan (at most [`RING_ENTRIES`]) into `buf`
-    /// (aligned to [`ALIGN`], long enough for every read of the plan) and waits for all of
-    /// them.
-    fn read_round(
-        &self,
-        uring: &mut IoUring,
-        buf: &mut [u8],
-        round: &[(u64, u32, usize, usize)],
-    ) -> Round {
+        let (mut uring, mut buf) = take_ring()?;
+        // Grown only here, when nothing is in flight.
+        if buf.len() < total + ALIGN {
+            buf.resize(total + ALIGN, 0);
+        }
+        let base = buf.as_ptr().align_offset(ALIGN);
         let fd = types::Fd(self.file.as_raw_fd());
-        for (i, &(start, read_len, at, _)) in round.iter().enumerate() {
-            let into = buf[at..at + read_len as usize].as_mut_ptr();
-            let entry = opcode::Read::new(fd, into, read_len)
-                .offset(start)
+        for (i, p) in plan.iter().enumerate() {
+            let into = buf[base + p.at..base + p.at + p.read_len as usize].as_mut_ptr();
+            let entry = opcode::Read::new(fd, into, p.read_len)
+                .offset(p.start)
                 .build()
                 .user_data(i as u64);
-            // `buf` is neither moved nor freed until every read of this round has completed
-            // (waited for below, or leaked with a broken ring).
+            // `buf` is neither moved nor freed until every read of this batch has completed
+            // (`Pending` waits for them before it gives the buffer back, or leaks it).
             // SAFETY: `into..into + read_len` lies inside `buf` (sliced above), alive until the
-            // read completes (above); `fd` is open as long as `self`, which outlives this call.
+            // read completes (above); `fd` is open as long as `self`, which `Pending` borrows.
             if unsafe { uring.submission().push(&entry) }.is_err() {
-                // Never: the queue holds RING_ENTRIES, a round is at most that, and every
-                // earlier round was drained. What was pushed was not submitted yet.
-                return Round::Broken;
+                // Never: the queue holds MOST_READS and is empty between batches. What was
+                // pushed is not submitted yet, but may be by a later call: never reuse it.
+                leak(uring, buf);
+                return None;
             }
         }
-        let mut results = vec![None; round.len()];
-        let mut reaped = 0;
-        while reaped < round.len() {
-            match uring.submit_and_wait(round.len() - reaped) {
+        let mut pending = Pending {
+            file: self,
+            ring: Some((uring, buf)),
+            plan,
+            base,
+            results: vec![None; reads.len()],
+            reaped: 0,
+            _one_thread: PhantomData,
+        };
+        loop {
+            let (uring, _) = pending.ring.as_mut()?;
+            match uring.submit() {
+                Ok(_) if uring.submission().is_empty() => return Some(pending),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return Round::Broken,
-            }
-            for entry in uring.completion() {
-                if let Some(slot) = results.get_mut(entry.user_data() as usize) {
-                    *slot = Some(entry.result());
-                    reaped += 1;
+                Err(_) => {
+                    // Some may be in flight, some not submitted: never reuse the ring.
+                    pending.abandon();
+                    return None;
                 }
             }
         }
-        let mut outcome = Round::Done;
-        for (result, &(_, _, _, needed)) in results.iter().zip(round) {
+    }
+
+    /// [`DirectFile::start_many`], then [`Pending::finish`]: `false` where either can't.
+    #[cfg(test)]
+    pub fn read_many(&self, reads: &[(u64, usize)], each: impl FnMut(usize, &[u8])) -> bool {
+        self.start_many(reads).is_some_and(|p| p.finish(each))
+    }
+}
+
+/// Reads started by [`DirectFile::start_many`]. Holds its thread's ring and buffer until every
+/// read has completed: [`Pending::finish`] waits for them, and so does dropping it.
+pub struct Pending<'a> {
+    file: &'a DirectFile,
+    ring: Option<(Box<IoUring>, Vec<u8>)>,
+    plan: Vec<Planned>,
+    /// Where the aligned part of the buffer starts.
+    base: usize,
+    results: Vec<Option<i32>>,
+    reaped: usize,
+    /// Given back to the thread that started it.
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl Pending<'_> {
+    /// Waits for every read of the batch, then hands `each(i, bytes)` the bytes of the `i`-th
+    /// range, in order. `false`, having called `each` for none, where any read failed, was
+    /// refused or came back short: the caller reads through its mapping instead.
+    pub fn finish(mut self, mut each: impl FnMut(usize, &[u8])) -> bool {
+        if !self.wait() {
+            self.abandon();
+            return false;
+        }
+        let mut ok = true;
+        for (result, p) in self.results.iter().zip(&self.plan) {
             match *result {
-                Some(n) if n >= 0 && n as usize >= needed => {}
-                Some(n) if n == -einval() => outcome = Round::Refused,
-                _ if matches!(outcome, Round::Done) => outcome = Round::Failed,
-                _ => {}
+                Some(n) if n >= 0 && n as usize >= p.skip + p.len => {}
+                Some(n) if n == -einval() => {
+                    self.file.refused.store(true, Ordering::Relaxed);
+                    ok = false;
+                }
+                _ => ok = false,
             }
         }
-        outcome
+        if ok {
+            if let Some((_, buf)) = &self.ring {
+                for (i, p) in self.plan.iter().enumerate() {
+                    let from = self.base + p.at + p.skip;
+                    each(i, &buf[from..from + p.len]);
+                }
+            }
+        }
+        ok
+    }
+
+    /// Reaps completions until every read of the batch has one; `false` if the ring failed
+    /// while some may still be in flight.
+    fn wait(&mut self) -> bool {
+        let Some((uring, _)) = self.ring.as_mut() else {
+            return false;
+        };
+        while self.reaped < self.plan.len() {
+            match uring.submit_and_wait(self.plan.len() - self.reaped) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+            for entry in uring.completion() {
+                if let Some(slot) = self.results.get_mut(entry.user_data() as usize) {
+                    if slot.is_none() {
+                        *slot = Some(entry.result());
+                        self.reaped += 1;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Gives up on the ring and buffer for good: reads may still land in the buffer, so it is
+    /// leaked, never freed or reused; this thread reads through the mapping from now on.
+    fn abandon(&mut self) {
+        if let Some((uring, buf)) = self.ring.take() {
+            leak(uring, buf);
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.ring.is_some() {
+            if self.wait() {
+                if let Some((uring, buf)) = self.ring.take() {
+                    give_back(uring, buf);
+                }
+            } else {
+                self.abandon();
+            }
+        }
     }
 }
 
@@ -187,28 +249,52 @@ fn einval() -> i32 {
     rustix::io::Errno::INVAL.raw_os_error()
 }
 
-/// How one round of reads ended.
-enum Round {
-    /// All read in full.
-    Done,
-    /// A read failed or came back short: this batch goes through the mapping.
-    Failed,
-    /// A read was refused as misaligned: every later batch goes through the mapping too.
-    Refused,
-    /// The ring can no longer be trusted to have finished its reads.
-    Broken,
-}
-
 /// A thread's ring and the buffer its reads land in.
 enum Ring {
     Untried,
-    Ready(Box<IoUring>, Vec<u8>),
+    Idle(Box<IoUring>, Vec<u8>),
+    /// Lent to a [`Pending`] batch.
+    Busy,
     /// io_uring is unavailable (an old kernel, a sandbox that forbids it) or broke.
     Off,
 }
 
 thread_local! {
     static RING: RefCell<Ring> = const { RefCell::new(Ring::Untried) };
+}
+
+/// This thread's ring and buffer, made on first use; `None` if io_uring is unavailable or a
+/// batch of this thread is still pending.
+fn take_ring() -> Option<(Box<IoUring>, Vec<u8>)> {
+    RING.with(|ring| {
+        let mut ring = ring.borrow_mut();
+        match std::mem::replace(&mut *ring, Ring::Busy) {
+            Ring::Idle(uring, buf) => Some((uring, buf)),
+            Ring::Untried => match IoUring::new(MOST_READS as u32) {
+                Ok(uring) => Some((Box::new(uring), Vec::new())),
+                Err(_) => {
+                    *ring = Ring::Off;
+                    None
+                }
+            },
+            other => {
+                *ring = other;
+                None
+            }
+        }
+    })
+}
+
+/// Returns a ring with nothing in flight to this thread.
+fn give_back(uring: Box<IoUring>, buf: Vec<u8>) {
+    RING.with(|ring| *ring.borrow_mut() = Ring::Idle(uring, buf));
+}
+
+/// Keeps a ring and buffer that reads may still land in from ever being freed or reused.
+fn leak(uring: Box<IoUring>, buf: Vec<u8>) {
+    std::mem::forget(uring);
+    std::mem::forget(buf);
+    RING.with(|ring| *ring.borrow_mut() = Ring::Off);
 }
 
 /// Whether this kernel (and sandbox) lets a process set up an io_uring (for tests).
@@ -231,7 +317,7 @@ mod tests {
 
     /// Fails if a batch of direct reads hands back other bytes than the file holds at any
     /// offset, length or alignment (ranges straddling 4 KiB pages, at the file's end, longer
-    /// than a page, more than one ring's worth), or reports success without reading.
+    /// than a page, a full batch), or reports success without reading.
     #[test]
     fn reads_many_ranges_exactly() {
         let dir = tempfile::tempdir().unwrap();
@@ -252,7 +338,7 @@ mod tests {
         };
         let mut reads = vec![(0u64, 10usize), (4090, 12), (8192, 4096), (299_990, 10)];
         let mut x = 12345u64;
-        for _ in 0..150 {
+        for _ in 0..120 {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
@@ -278,5 +364,50 @@ mod tests {
         let mut handed = 0;
         assert!(!direct.read_many(&[(0, 10), (299_995, 10)], |_, _| handed += 1));
         assert_eq!(handed, 0);
+    }
+
+    /// Fails if a batch left pending (the reads of one query while the next one walks) can be
+    /// joined by a second on the same thread, if dropping one without finishing doesn't give
+    /// the ring back, or if a finished batch hands out other bytes than the file holds.
+    #[test]
+    fn one_batch_pending_at_a_time_and_dropping_it_gives_the_ring_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64_000u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = File::open(&path).unwrap();
+        let Some(direct) = DirectFile::open(&f) else {
+            assert!(
+                !direct_io_works(&path),
+                "O_DIRECT works here but was refused"
+            );
+            return;
+        };
+        if !io_uring_works() {
+            assert!(direct.start_many(&[(0, 10)]).is_none());
+            return;
+        }
+        let first = direct.start_many(&[(100, 1000), (5000, 3000)]).unwrap();
+        assert!(
+            direct.start_many(&[(0, 10)]).is_none(),
+            "one pending batch a thread"
+        );
+        // Another thread has its own ring.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(direct.read_many(&[(7, 9)], |_, b| assert_eq!(b, &data[7..16]))));
+        });
+        drop(first);
+        let second = direct.start_many(&[(60_000, 4000), (1, 1)]).unwrap();
+        let mut got = Vec::new();
+        assert!(second.finish(|i, b| got.push((i, b.to_vec()))));
+        assert_eq!(
+            got,
+            vec![(0, data[60_000..64_000].to_vec()), (1, data[1..2].to_vec())]
+        );
+        assert!(
+            direct.start_many(&vec![(0, 1); MOST_READS + 1]).is_none(),
+            "too many"
+        );
+        assert!(direct.read_many(&vec![(0, 1); MOST_READS], |_, b| assert_eq!(b, &data[..1])));
     }
 }

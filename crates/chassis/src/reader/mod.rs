@@ -310,12 +310,11 @@ impl GraphStore for View<'_> {
             region.release(at, len);
         }
     }
-    fn read_exact_batch(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
-        crate::storage::read_vectors_direct(
+    fn start_exact_batch(&self, slots: &[u32]) -> Option<Box<dyn graph::ExactBatch + '_>> {
+        Some(Box::new(crate::storage::start_vectors_direct(
             slots.iter().map(|&s| self.vector_range(s)),
             self.snap.file.layout,
-            out,
-        )
+        )?))
     }
     #[inline]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
@@ -530,6 +529,73 @@ impl IndexReader {
                         .ok_or_else(|| Error::corrupt("slot header unreadable", 0))?,
                     distance: s.distance,
                 })
+            })
+            .collect()
+    }
+
+    /// The `k` nearest live vectors to each of `queries`, on one fresh snapshot, one after
+    /// another on the calling thread: the answers [`IndexReader::search`] gives, faster where
+    /// the file is larger than memory, since each query's reads of the vectors it ranks
+    /// overlap the next query's walk ([`graph::search_pipelined`]).
+    pub fn search_many<Q: AsRef<[f32]>>(
+        &self,
+        queries: &[Q],
+        k: usize,
+        ef: usize,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        if k == 0 {
+            return Err(Error::InvalidArgument("k must be at least 1".into()));
+        }
+        let prepared = queries
+            .iter()
+            .map(|q| {
+                let v = prepare_vector(self.metric, self.dims as usize, q.as_ref())?;
+                Ok(AlignedVector::new(&v))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let snap = self.snapshot()?;
+        let h = &snap.header;
+        let want = (k as u64).min(snap.len()) as usize;
+        if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {
+            return Ok(vec![Vec::new(); queries.len()]);
+        }
+        let view = View::new(self, &snap);
+        let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
+        let distances_before = scratch.distance_count;
+        let mut found = vec![Vec::new(); queries.len()];
+        graph::search_pipelined(
+            &view,
+            &self.dist,
+            &prepared,
+            h.entry_point,
+            h.max_layer as usize,
+            k,
+            ef.max(k),
+            |s| view.live(s),
+            &mut scratch,
+            |i, hits| found[i] = hits,
+        );
+        self.search_distances
+            .fetch_add(scratch.distance_count - distances_before, Ordering::Relaxed);
+        lock(&self.scratch).push(scratch);
+        found
+            .into_iter()
+            .zip(queries)
+            .map(|(hits, query)| {
+                if hits.len() < want {
+                    // Short (many deletes, unreachable nodes): widen as one search would.
+                    return self.search_in(&snap, query.as_ref(), k, ef);
+                }
+                hits.into_iter()
+                    .map(|s| {
+                        Ok(Neighbor {
+                            id: view
+                                .id(s.slot)
+                                .ok_or_else(|| Error::corrupt("slot header unreadable", 0))?,
+                            distance: s.distance,
+                        })
+                    })
+                    .collect()
             })
             .collect()
     }

@@ -28,49 +28,69 @@ pub(crate) fn keep_walk_resident(region: &Region, layout: &SegmentLayout) {
     }
 }
 
-/// Reads the vectors at `ranges` (region, offset in it, length; one per vector, in order),
-/// stored in `layout`, into `out` as f32 values, all at once, past the page cache: for the vectors a search ranks in a file too large
-/// for memory (os/direct.rs; a read-only mapping on Linux). `false`, with `out` unspecified,
-/// where any range can't be read that way (a file that fits, another platform, a sandbox
-/// without io_uring, a failed read): the caller reads through the mapping. Committed vectors
-/// never change, so what comes back is what the mapping holds.
-pub(crate) fn read_vectors_direct<'a>(
+/// Starts reading the vectors at `ranges` (region, offset in it, length; one per vector, in
+/// order), stored in `layout`, all at once, past the page cache: the vectors a search ranks in
+/// a file too large for memory (os/direct.rs; a read-only mapping on Linux).
+/// [`PendingVectors::finish`] waits for them. `None` where any range can't be read that way (a
+/// file that fits, another platform, a sandbox without io_uring, too many at once): the caller
+/// reads through the mapping. Committed vectors never change, so what comes back is what the
+/// mapping holds.
+pub(crate) fn start_vectors_direct<'a>(
     ranges: impl ExactSizeIterator<Item = Option<(&'a Region, u64, u64)>>,
     layout: format::vector::VectorLayout,
-    out: &mut Vec<f32>,
-) -> bool {
+) -> Option<PendingVectors<'a>> {
     #[cfg(target_os = "linux")]
     {
         let mut file: Option<&crate::os::direct::DirectFile> = None;
         let mut reads = Vec::with_capacity(ranges.len());
         for range in ranges {
-            let Some((region, at, len)) = range else {
-                return false;
-            };
-            let (Some((direct, offset)), Ok(len)) =
-                (region.direct_range(at, len), usize::try_from(len))
-            else {
-                return false;
-            };
+            let (region, at, len) = range?;
+            let (direct, offset) = region.direct_range(at, len)?;
             // One file: every segment of an index is mapped from it.
             if file.is_some_and(|f| !std::ptr::eq(f, direct)) {
-                return false;
+                return None;
             }
             file = Some(direct);
-            reads.push((offset, len));
+            reads.push((offset, usize::try_from(len).ok()?));
         }
-        let Some(file) = file else {
-            return false;
-        };
-        out.clear();
-        file.read_many(&reads, |_, bytes| {
-            format::vector::decode_bytes(layout, bytes, out)
+        Some(PendingVectors {
+            pending: file?.start_many(&reads)?,
+            layout,
         })
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (ranges, layout, out);
-        false
+        let _ = (ranges, layout);
+        None
+    }
+}
+
+/// Vectors being read past the page cache ([`start_vectors_direct`]).
+pub(crate) struct PendingVectors<'a> {
+    #[cfg(target_os = "linux")]
+    pending: crate::os::direct::Pending<'a>,
+    #[cfg(not(target_os = "linux"))]
+    pending: std::marker::PhantomData<&'a ()>,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    layout: format::vector::VectorLayout,
+}
+
+impl PendingVectors<'_> {
+    /// Waits for the reads and appends the vectors to `out` (cleared first) as f32 values,
+    /// `dims` each, in order; `false`, with `out` unspecified, where any read failed.
+    pub(crate) fn finish(self, out: &mut Vec<f32>) -> bool {
+        out.clear();
+        #[cfg(target_os = "linux")]
+        {
+            let layout = self.layout;
+            self.pending
+                .finish(|_, bytes| format::vector::decode_bytes(layout, bytes, out))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = self.pending;
+            false
+        }
     }
 }
 
@@ -114,15 +134,10 @@ impl Regions {
         }
     }
 
-    /// Reads the vectors of `slots` into `out` (`dims` f32 each, in order) all at once, past
-    /// the page cache, where the file is too large for memory ([`read_vectors_direct`]);
-    /// `false` elsewhere.
-    pub fn read_vectors(&self, slots: &[u32], out: &mut Vec<f32>) -> bool {
-        read_vectors_direct(
-            slots.iter().map(|&s| self.vector_range(s)),
-            self.layout(),
-            out,
-        )
+    /// Starts reading the vectors of `slots` all at once, past the page cache, where the file
+    /// is too large for memory ([`start_vectors_direct`]); `None` elsewhere.
+    pub(crate) fn start_vectors(&self, slots: &[u32]) -> Option<PendingVectors<'_>> {
+        start_vectors_direct(slots.iter().map(|&s| self.vector_range(s)), self.layout())
     }
 
     /// Gives the pages of `slot`'s vector back in a file too large for memory
@@ -297,7 +312,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn vectors_read_directly_are_the_mappings() {
-        use super::read_vectors_direct;
+        use super::start_vectors_direct;
         use crate::format::vector::{encode, VectorLayout, VectorRef};
         use crate::os::{direct, FileStorage, Storage};
         let dir = tempfile::tempdir().unwrap();
@@ -321,15 +336,15 @@ mod tests {
             let slots = [5u32, 0, 63, 17, 17, 40];
             let mut out = Vec::new();
             let at = |s: u32| (base + s as usize * 4 * dims) as u64;
-            let refused = read_vectors_direct(
+            let refused = start_vectors_direct(
                 slots
                     .iter()
                     .map(|&s| Some((&region, at(s), 4 * dims as u64))),
                 layout,
-                &mut out,
-            );
+            )
+            .is_none();
             assert!(
-                !refused,
+                refused,
                 "a mapping of a file that fits reads through the page cache"
             );
             let file = std::fs::File::open(&path).unwrap();
@@ -341,13 +356,13 @@ mod tests {
                 continue;
             };
             region.set_direct(std::sync::Arc::new(direct), 0);
-            let read = read_vectors_direct(
+            let read = start_vectors_direct(
                 slots
                     .iter()
                     .map(|&s| Some((&region, at(s), 4 * dims as u64))),
                 layout,
-                &mut out,
-            );
+            )
+            .is_some_and(|p| p.finish(&mut out));
             assert_eq!(read, direct::io_uring_works(), "{layout:?}");
             if read {
                 let want: Vec<f32> = slots

@@ -19,7 +19,7 @@ mod backup;
 mod coded;
 mod headers;
 
-pub(crate) use coded::{keep_walk_resident, read_vectors_direct};
+pub(crate) use coded::{keep_walk_resident, start_vectors_direct, PendingVectors};
 use headers::is_unborn;
 pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
