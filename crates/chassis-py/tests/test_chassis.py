@@ -265,6 +265,27 @@ def test_threads_search_while_another_adds(tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_batch_answers_as_one_query_at_a_time(tmp_path):
+    """An unfiltered batch is searched together (Index::search_many: each query's ranked-vector
+    reads overlap the next query's walk); it must answer each query as a single search does,
+    from the writer and a reader, with int4 codes and without, on one thread and on two."""
+    data = clustered(3000, 24, seed=5)
+    queries = clustered(40, 24, seed=6)
+    for codes in ["int4", "none"]:
+        path = tmp_path / f"b-{codes}.chassis"
+        with chassis.Index.create(path, dims=24, metric="cosine", codes=codes) as ix:
+            ix.add(data, threads=1)
+            ix.flush()
+            reader = chassis.Index.open(path, read_only=True)
+            for index in (ix, reader):
+                one = [index.search(q, k=7, ef=32) for q in queries]
+                for threads in (1, 2):
+                    ids, dists = index.search(queries, k=7, ef=32, threads=threads)
+                    np.testing.assert_array_equal(ids, np.vstack([i for i, _ in one]))
+                    np.testing.assert_array_equal(dists, np.vstack([d for _, d in one]))
+            reader.close()
+
+
 def test_help_reads_like_a_manual():
     doc = chassis.Index.__doc__
     assert "One writer, many readers" in doc and "All or nothing" in doc

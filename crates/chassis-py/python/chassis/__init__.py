@@ -371,7 +371,10 @@ class Index:
 
         ``queries``: one vector (1-D) or many (2-D). ``ef``: beam width (default max(64, k);
         higher is more accurate and slower). ``threads``: for a batch, 0 uses every core, 1
-        searches on the calling thread's core only.
+        searches on the calling thread's core only. An unfiltered batch is searched on one
+        snapshot, each thread walking its next query while the vectors the last one ranks
+        are read: in a file larger than memory, pass many queries at once rather than one
+        per call.
 
         ``filter``: only vectors whose metadata passes, as a dict in the style of Chroma,
         Pinecone and Qdrant clients: ``{"tenant": "acme"}``, ``{"year": {"$gte": 2020}}``,
