@@ -25,8 +25,9 @@ cache) and cgroup v1's memory controller. What it does:
    exactly) comes from disk as it would for a stream of new queries, not from the cache an
    earlier pass of the same queries filled. The median QPS and the mean recall@10 are
    reported, with major page faults and the cgroup's peak usage. A process the kernel kills
-   for memory is reported as such (hnswlib and FAISS read the whole index into memory; they
-   can't open it under the cap). Also reported: how much the process held locked in memory
+   for memory is reported as such (hnswlib, FAISS and USearch read the whole index into
+   memory by default; they can't open it under the cap: `faiss-mmap` and `usearch-i8-view`
+   map their files instead, FAISS its vectors, USearch everything). Also reported: how much the process held locked in memory
    (VmLck: Chassis locks the bytes its walk reads, everything but the vectors, in a file too
    large for memory, within three quarters of the cap; docs/ARCHITECTURE.md "Larger than
    memory"). `--no-lock` runs the capped process as an unprivileged user would: without

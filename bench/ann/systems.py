@@ -166,6 +166,20 @@ class Faiss:
         return [path]
 
 
+class FaissMapped(Faiss):
+    """FAISS HNSW reading its vectors through a memory map of its file (IO_FLAG_MMAP_IFC)
+    instead of into memory: the graph is read in, the vectors are paged in as searches touch
+    them. For files larger than memory (bench/ann/larger_than_memory.py)."""
+
+    name = "faiss-mmap"
+
+    def open(self, path, metric, dims):
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        return (faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC), metric)
+
+
 class Usearch:
     name = "usearch"
     parallel_build = True
@@ -217,7 +231,29 @@ class UsearchI8(Usearch):
     dtype = "i8"
 
 
+class UsearchI8View(UsearchI8):
+    """USearch int8 viewing its file (`Index.restore(view=True)`: memory-mapped, nothing read
+    in). For files larger than memory (bench/ann/larger_than_memory.py)."""
+
+    name = "usearch-i8-view"
+
+    def open(self, path, metric, dims):
+        from usearch.index import Index
+
+        return Index.restore(str(path), view=True)
+
+
 SYSTEMS = {
     s.name: s
-    for s in [Chassis(), ChassisInt8(), ChassisInt4(), Hnswlib(), Faiss(), Usearch(), UsearchI8()]
+    for s in [
+        Chassis(),
+        ChassisInt8(),
+        ChassisInt4(),
+        Hnswlib(),
+        Faiss(),
+        FaissMapped(),
+        Usearch(),
+        UsearchI8(),
+        UsearchI8View(),
+    ]
 }

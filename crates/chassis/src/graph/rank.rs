@@ -6,7 +6,9 @@
 //! ([`lower_bound`]), and ranking stops at the first bound above the k-th exact distance so
 //! far, so the answer is what ranking all of them gives (for int4 codes, unless a code's error
 //! is several times its expected size: a likely bound, not a proof); every vector named to the
-//! store before it is read is given back after a walk by codes.
+//! store before it is read is given back after a walk by codes; a batch of vectors read
+//! together ([`GraphStore::start_exact_batch`]) is waited for before any of it is used, and
+//! gives the same distances as reading each through the store.
 
 use super::{prefetch, Distance, ExactBatch, GraphStore, Metric, Scored, Scratch, VectorRef};
 
@@ -15,8 +17,8 @@ use super::{prefetch, Distance, ExactBatch, GraphStore, Metric, Scored, Scratch,
 const RANK_PREFETCH_AHEAD: usize = 8;
 
 /// The walk distance ranked `k + RANK_LIKELY_EXTRA` (from 1) estimates the k-th exact
-/// distance with room to spare: the vectors whose lower bounds fall below it are named to the
-/// store together before ranking starts ([`name_likely`]).
+/// distance with room to spare: the vectors whose lower bounds fall below it are read (or
+/// named to the store) together before ranking starts ([`likely_count`]).
 const RANK_LIKELY_EXTRA: usize = 2;
 
 /// Ranking past the vectors named together, how many further ahead are named to the store.
