@@ -128,16 +128,8 @@ pub(super) fn plan<'s, S: GraphStore>(
     by_vectors: bool,
     scratch: &mut Scratch,
 ) -> Ranking<'s> {
-    if k == 0 {
-        return Ranking {
-            order: Vec::new(),
-            k,
-            likely: 0,
-            coded_walk: false,
-            batch: None,
-            started: false,
-        };
-    }
+    // Nothing to rank for k = 0: an empty order reads nothing and returns nothing.
+    let found = if k == 0 { &[][..] } else { found };
     let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
     // The codebook the walk read (a file has one), for the query's spread over its steps and
     // the integer kernels' error, which each code's bound subtracts first.

@@ -203,6 +203,7 @@ impl Published {
         let mut found = vec![Vec::new(); queries.len()];
         let keep = |i: usize, hits: Vec<Scored>| found[i] = hits;
         let ef = ef.max(k);
+        // Two calls, as in `search`: with no deletes the filter compiles away.
         if self.no_deletes() {
             graph::search_pipelined(
                 &view,
