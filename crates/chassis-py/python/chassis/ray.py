@@ -60,11 +60,28 @@ def _get(ref):
         raise _shard_error(e) from None
 
 
+def _error_data(e: chassis.ChassisError):
+    """A shard's error as plain data (class name, message) for the trip back. Not the
+    exception object itself: a compiled graph that carried one in its output stopped
+    answering (Ray 2.60: the next execution timed out, and tearing the graph down then
+    could crash a node's raylet)."""
+    return type(e).__name__, str(e)
+
+
+def _error_from(data):
+    """The :class:`chassis.ChassisError` subclass :func:`_error_data` named, rebuilt."""
+    name, message = data
+    cls = getattr(chassis, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, chassis.ChassisError)):
+        cls = chassis.ChassisError
+    return cls(message)
+
+
 def _answers(parts):
     """The shards' answers, raising the first error a shard's search returned."""
     for p in parts:
         if p[3] is not None:
-            raise p[3]
+            raise _error_from(p[3])
     return parts
 
 
@@ -143,15 +160,17 @@ class _Replica:
 
     def search(self, queries, k: int, ef: int, flt):
         """(ids, distances, seconds this shard's search took, None), or, when the search
-        itself fails, (None, None, 0, the error): returned, not raised, because an exception
-        inside a compiled graph breaks the graph (Ray 2.60)."""
+        itself fails, (None, None, 0, the error as :func:`_error_data`): returned, not
+        raised, and as plain data, because an exception inside a compiled graph, raised or
+        returned, breaks the graph (Ray 2.60)."""
         if self.ix is None:
-            return None, None, 0.0, chassis.InvalidArgumentError("this replica was never synced")
+            never = chassis.InvalidArgumentError("this replica was never synced")
+            return None, None, 0.0, _error_data(never)
         t = time.perf_counter()
         try:
             ids, dist = self.ix.search(queries, k=k, ef=ef, filter=flt, threads=1)
         except chassis.ChassisError as e:
-            return None, None, 0.0, e
+            return None, None, 0.0, _error_data(e)
         return ids, dist, time.perf_counter() - t, None
 
     def sequence(self) -> int:
