@@ -361,6 +361,48 @@ enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
                                           float *distances,
                                           size_t *found);
 
+// The `k` nearest live vectors to each of `count` queries (`queries`: `count` rows of `dims`
+// floats, one after another), the answers `count` calls of [`chassis_search`] give, all on
+// one view of the index (what the writer had published when the call began). Faster than
+// those calls where the file is larger than memory: each query's reads of the vectors it
+// ranks overlap the next query's walk. Row `i`'s hits go to `ids[i * k ..]` and
+// `distances[i * k ..]` (`distances` may be null) and their count to `found[i]`; a row's
+// places past its count are left as they were. `count` 0 writes nothing. An error (a wrong
+// `dims`, a NaN in any query, `k` 0) writes nothing either.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `queries` points to `count * dims` floats; `ids` has room for
+// `count * k` values, `distances` is null or has room for `count * k`; `found` has room for
+// `count`.
+enum chassis_status chassis_search_many(const struct chassis_index *index,
+                                        const float *queries,
+                                        size_t count,
+                                        size_t dims,
+                                        size_t k,
+                                        size_t ef,
+                                        uint64_t *ids,
+                                        float *distances,
+                                        size_t *found);
+
+// [`chassis_search_many`] on a reader: every query on one fresh snapshot of what is
+// committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search_many`, with a live reader handle.
+enum chassis_status chassis_reader_search_many(const struct chassis_reader *reader,
+                                               const float *queries,
+                                               size_t count,
+                                               size_t dims,
+                                               size_t k,
+                                               size_t ef,
+                                               uint64_t *ids,
+                                               float *distances,
+                                               size_t *found);
+
 // Adds a vector with its metadata, a JSON object (`{"tenant": "acme", "tags": ["a"]}`; null
 // or "{}" for none; see docs/FILTERS.md for what it may hold). With `id` null the index
 // assigns the id, otherwise `*id` is used (`CHASSIS_STATUS_DUPLICATE_ID` if it is live); the

@@ -805,6 +805,132 @@ pub unsafe extern "C" fn chassis_reader_search(
     })
 }
 
+/// The `count` queries at `queries` (`count` rows of `dims` floats, one after another), as
+/// row slices. `dims` 0 gives empty rows (the search then reports the dimension mismatch).
+///
+/// # Safety
+/// `queries` points to `count * dims` readable floats.
+unsafe fn query_rows<'a>(
+    queries: *const f32,
+    count: usize,
+    dims: usize,
+) -> Result<Vec<&'a [f32]>, Fail> {
+    let n = count
+        .checked_mul(dims)
+        .ok_or_else(|| Error::InvalidArgument("count * dims overflows".into()))?;
+    // SAFETY: `count * dims` readable floats per the contract.
+    let all = unsafe { floats(queries, n) }?;
+    Ok(if dims == 0 {
+        vec![all; count]
+    } else {
+        all.chunks_exact(dims).collect()
+    })
+}
+
+/// Writes each query's hits as [`write_hits`] does one's: row `i` at `ids + i * k`,
+/// `distances + i * k` (when not null) and `found + i`.
+fn write_many(
+    rows: &[Vec<chassis::Neighbor>],
+    ids: *mut u64,
+    distances: *mut f32,
+    k: usize,
+    found: *mut usize,
+) -> Result<(), Fail> {
+    let ids = out(ids, "ids")?;
+    let found = out(found, "found")?;
+    rows.len()
+        .checked_mul(k)
+        .ok_or_else(|| Error::InvalidArgument("count * k overflows".into()))?;
+    for (i, hits) in rows.iter().enumerate() {
+        let at = i * k;
+        let row_distances = if distances.is_null() {
+            distances
+        } else {
+            distances.wrapping_add(at)
+        };
+        write_hits(
+            hits,
+            ids.wrapping_add(at),
+            row_distances,
+            k,
+            found.wrapping_add(i),
+        )?;
+    }
+    Ok(())
+}
+
+/// The `k` nearest live vectors to each of `count` queries (`queries`: `count` rows of `dims`
+/// floats, one after another), the answers `count` calls of [`chassis_search`] give, all on
+/// one view of the index (what the writer had published when the call began). Faster than
+/// those calls where the file is larger than memory: each query's reads of the vectors it
+/// ranks overlap the next query's walk. Row `i`'s hits go to `ids[i * k ..]` and
+/// `distances[i * k ..]` (`distances` may be null) and their count to `found[i]`; a row's
+/// places past its count are left as they were. `count` 0 writes nothing. An error (a wrong
+/// `dims`, a NaN in any query, `k` 0) writes nothing either.
+///
+/// Thread safety: as `chassis_search`.
+///
+/// # Safety
+/// `index` is a live handle; `queries` points to `count * dims` floats; `ids` has room for
+/// `count * k` values, `distances` is null or has room for `count * k`; `found` has room for
+/// `count`.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_search_many(
+    index: *const chassis_index,
+    queries: *const f32,
+    count: usize,
+    dims: usize,
+    k: usize,
+    ef: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    found: *mut usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: `count * dims` readable floats per the contract.
+        let rows = unsafe { query_rows(queries, count, dims) }?;
+        let hits = read(ix).search_many(&rows, k, ef)?;
+        write_many(&hits, ids, distances, k, found)
+    })
+}
+
+/// [`chassis_search_many`] on a reader: every query on one fresh snapshot of what is
+/// committed.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
+/// # Safety
+/// As for `chassis_search_many`, with a live reader handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_search_many(
+    reader: *const chassis_reader,
+    queries: *const f32,
+    count: usize,
+    dims: usize,
+    k: usize,
+    ef: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    found: *mut usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: `count * dims` readable floats per the contract.
+        let rows = unsafe { query_rows(queries, count, dims) }?;
+        let hits = r.inner.search_many(&rows, k, ef)?;
+        write_many(&hits, ids, distances, k, found)
+    })
+}
+
 /// Adds a vector with its metadata, a JSON object (`{"tenant": "acme", "tags": ["a"]}`; null
 /// or "{}" for none; see docs/FILTERS.md for what it may hold). With `id` null the index
 /// assigns the id, otherwise `*id` is used (`CHASSIS_STATUS_DUPLICATE_ID` if it is live); the

@@ -116,6 +116,38 @@ int main(int argc, char **argv) {
     CHECK(chassis_search(ix, v, DIMS, 3, 64, ids, NULL, &found) == CHASSIS_STATUS_OK && found == 3,
           "distances may be null");
 
+    /* A batch answers as its queries one at a time; bad arguments write nothing. */
+    static float qs[4 * DIMS];
+    for (int i = 0; i < 4; i++) {
+        vector(10 * i + 3, qs + i * DIMS);
+    }
+    uint64_t many_ids[4 * 5];
+    float many_dist[4 * 5];
+    size_t many_found[4] = {99, 99, 99, 99};
+    CHECK(chassis_search_many(ix, qs, 4, DIMS, 5, 64, many_ids, many_dist, many_found) == CHASSIS_STATUS_OK,
+          "search many");
+    for (int i = 0; i < 4; i++) {
+        CHECK(chassis_search(ix, qs + i * DIMS, DIMS, 5, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
+                  found == 5 && many_found[i] == 5,
+              "row %d found %zu", i, many_found[i]);
+        CHECK(memcmp(ids, many_ids + 5 * i, 5 * sizeof(uint64_t)) == 0 &&
+                  memcmp(dist, many_dist + 5 * i, 5 * sizeof(float)) == 0 && ids[0] == (uint64_t)(10 * i + 3),
+              "row %d as one query", i);
+    }
+    many_found[0] = 99;
+    CHECK(chassis_search_many(ix, qs, 4, DIMS - 1, 5, 64, many_ids, many_dist, many_found) ==
+              CHASSIS_STATUS_DIMENSION_MISMATCH && many_found[0] == 99,
+          "batch dims");
+    CHECK(chassis_search_many(ix, qs, 4, DIMS, 0, 64, many_ids, many_dist, many_found) ==
+              CHASSIS_STATUS_INVALID_ARGUMENT,
+          "batch k 0");
+    CHECK(chassis_search_many(ix, NULL, 0, DIMS, 5, 64, NULL, NULL, NULL) == CHASSIS_STATUS_OK, "empty batch");
+    CHECK(chassis_search_many(ix, qs, 2, DIMS, 5, 64, many_ids, NULL, many_found) == CHASSIS_STATUS_OK &&
+              many_found[1] == 5 && many_ids[5] == 13,
+          "batch distances may be null");
+    CHECK(chassis_search_many(ix, qs, 2, DIMS, 5, 64, NULL, NULL, many_found) == CHASSIS_STATUS_NULL_POINTER,
+          "batch ids null");
+
     /* A reader in a forked process sees the parent's next flush. */
     fflush(NULL);
     pid_t pid = fork();
@@ -155,6 +187,15 @@ int main(int argc, char **argv) {
     CHECK(chassis_reader_search(r, v, DIMS, 1, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
               found == 1 && ids[0] == 150,
           "reader after compaction");
+    size_t reader_found[4];
+    CHECK(chassis_reader_search_many(r, qs, 4, DIMS, 5, 64, many_ids, many_dist, reader_found) == CHASSIS_STATUS_OK,
+          "reader search many");
+    for (int i = 0; i < 4; i++) {
+        CHECK(chassis_reader_search(r, qs + i * DIMS, DIMS, 5, 64, ids, dist, &found) == CHASSIS_STATUS_OK &&
+                  found == reader_found[i] && memcmp(ids, many_ids + 5 * i, found * sizeof(uint64_t)) == 0 &&
+                  memcmp(dist, many_dist + 5 * i, found * sizeof(float)) == 0,
+              "reader row %d as one query", i);
+    }
 
     /* Online backup: a full copy, then nothing new; from the reader too. */
     char copy_path[4096];
