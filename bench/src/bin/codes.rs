@@ -1,13 +1,14 @@
 //! Walking by int8 codes against walking by format 4's high halves, on the harness's files.
 //!
 //!     cargo run --release --bin codes -- A.chassis B.chassis [--efs 32,48,64] [--reps 5]
-//!         [--queries Q.fvecs --truth T.ivecs]
+//!         [--queries Q.fvecs --truth T.ivecs] [--many]
 //!
 //! Opens each file read-only (as the harness's reader does), runs pypi-minilm's 1,000 held-out
 //! queries (or `--queries` with their exact neighbors in `--truth`) one at a time on one thread
 //! at each ef, files taking turns, and prints per file and ef: recall@10 against the ground
 //! truth, the median QPS over `--reps` counted repetitions (after one warm-up), and distance
-//! computations per query. A quick check between
+//! computations per query. `--many`: each file's queries as one `search_many` call (a batch,
+//! as Python's `search` runs them) instead of one `search` call each. A quick check between
 //! harness runs; the harness (bench/ann) is what docs/PERFORMANCE.md reports.
 
 use std::time::Instant;
@@ -21,6 +22,7 @@ fn main() {
     let mut efs = vec![32usize, 48, 64];
     let mut reps = 5;
     let mut sets: Option<(String, String)> = None;
+    let mut many = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -40,6 +42,7 @@ fn main() {
                 sets = Some((args[i + 1].clone(), truth.expect("--truth T.ivecs").clone()));
                 i += 3;
             }
+            "--many" => many = true,
             f => files.push(f.to_string()),
         }
         i += 1;
@@ -70,8 +73,15 @@ fn main() {
                 let before = reader.search_distance_count();
                 let t = Instant::now();
                 let mut hit = 0usize;
-                for (qi, want) in truth.iter().enumerate().take(queries.len()) {
-                    let got = reader.search(queries.row(qi), 10, ef).expect("search");
+                let rows: Vec<&[f32]> = (0..queries.len()).map(|qi| queries.row(qi)).collect();
+                let answers = if many {
+                    reader.search_many(&rows, 10, ef).expect("search_many")
+                } else {
+                    rows.iter()
+                        .map(|q| reader.search(q, 10, ef).expect("search"))
+                        .collect()
+                };
+                for (got, want) in answers.iter().zip(&truth) {
                     hit += got
                         .iter()
                         .filter(|h| want[..10].contains(&(h.id as i32)))

@@ -65,6 +65,10 @@ pub trait GraphStore {
     fn code_aux(&self, _slot: u32) -> Option<(f32, f32)> {
         None
     }
+    /// Starts loading the aux record [`GraphStore::code_aux`] of `slot` will read: a hint (a
+    /// CPU prefetch), so that ranking's bounds, one aux record per found slot, overlap their
+    /// misses. Does nothing by default.
+    fn prefetch_code_aux(&self, _slot: u32) {}
     /// Told before [`GraphStore::exact_vector`] of `slot` is read to rank it: a store whose
     /// vectors may be on disk starts reading it now, so the misses of every vector a search
     /// ranks overlap. Does nothing by default.
@@ -228,7 +232,7 @@ const VECTOR_PREFETCH_LINES: usize = 12;
 /// Asks the CPU to start loading the `lines` cache lines from `p`. A hint only: it never
 /// faults and never changes what a search returns.
 #[inline(always)]
-fn prefetch<T>(p: *const T, lines: usize) {
+pub(crate) fn prefetch<T>(p: *const T, lines: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -590,7 +594,8 @@ impl<'s> Walked<'s> {
 /// overlaps the reads of the vectors one query ranks exactly with the walk of the next: in a
 /// file larger than memory those reads go to disk ([`GraphStore::start_exact_batch`]), and a
 /// query would otherwise wait for them with nothing to do. Hands `each(i, hits)` each
-/// query's hits, in order. Elsewhere (a file that fits) it is [`search`] in a loop.
+/// query's hits, in order. In a file that fits, "reads" are CPU prefetches, and ranking a
+/// query after the next one's walk instead of right after its own measured no different.
 #[allow(clippy::too_many_arguments)]
 pub fn search_pipelined<S: GraphStore, F: Fn(u32) -> bool, Q: AsRef<[f32]>>(
     store: &S,

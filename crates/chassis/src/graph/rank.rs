@@ -12,6 +12,10 @@
 
 use super::{prefetch, Distance, ExactBatch, GraphStore, Metric, Scored, Scratch, VectorRef};
 
+/// How many found slots ahead of the one whose lower bound is computed have their aux record
+/// prefetched ([`plan`]).
+const AUX_AHEAD: usize = 16;
+
 /// How many found vectors ahead of the one being ranked have their exact bytes prefetched
 /// into the CPU's caches.
 const RANK_PREFETCH_AHEAD: usize = 8;
@@ -155,8 +159,23 @@ pub(super) fn plan<'s, S: GraphStore>(
         }
         _ => 0.0,
     };
+    // Each bound of a code reads its aux record, a miss of its own in a large file: start
+    // them AUX_AHEAD ahead so they overlap.
+    if book.is_some() {
+        found
+            .iter()
+            .take(AUX_AHEAD)
+            .for_each(|s| store.prefetch_code_aux(s.slot));
+    }
     let mut order: Vec<Scored> = found
         .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if let (Some(_), Some(ahead)) = (book, found.get(i + AUX_AHEAD)) {
+                store.prefetch_code_aux(ahead.slot);
+            }
+            s
+        })
         .map(|s| Scored {
             distance: lower_bound(
                 store,
@@ -386,6 +405,9 @@ mod tests {
         /// there were between its start and its finish.
         walk_reads: AtomicU64,
         gaps: Mutex<Vec<u64>>,
+        /// Slots whose aux record was prefetched, and read.
+        aux_prefetched: Mutex<Vec<u32>>,
+        aux_read: Mutex<Vec<u32>>,
     }
 
     impl GraphStore for CodedPoints {
@@ -405,7 +427,11 @@ mod tests {
             self.vectors.get(slot as usize).map(|v| VectorRef::F32(v))
         }
         fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
+            self.aux_read.lock().unwrap().push(slot);
             self.aux.get(slot as usize).copied().filter(|_| self.coded)
+        }
+        fn prefetch_code_aux(&self, slot: u32) {
+            self.aux_prefetched.lock().unwrap().push(slot);
         }
         fn will_need_exact(&self, slot: u32) {
             self.named.lock().unwrap().push(slot);
@@ -433,7 +459,9 @@ mod tests {
         }
     }
 
-    /// Fails if a search walked by codes doesn't give back every vector it named for ranking
+    /// Fails if the lower bounds read an aux record that wasn't prefetched first, or one is
+    /// prefetched that they don't read. Fails if a search walked by codes doesn't give back
+    /// every vector it named for ranking
     /// (a file larger than memory would keep them crowding its page cache), gives one back
     /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes);
     /// and, where the store reads vectors in batches (a file larger than memory, os/direct.rs),
@@ -478,6 +506,8 @@ mod tests {
             batched: Mutex::default(),
             walk_reads: AtomicU64::new(0),
             gaps: Mutex::default(),
+            aux_prefetched: Mutex::default(),
+            aux_read: Mutex::default(),
         };
         let params = Params {
             m: 8,
@@ -505,6 +535,8 @@ mod tests {
                 store.named.lock().unwrap().clear();
                 store.given_back.lock().unwrap().clear();
                 store.batched.lock().unwrap().clear();
+                store.aux_prefetched.lock().unwrap().clear();
+                store.aux_read.lock().unwrap().clear();
                 let got = search(&store, &dist, &q, 0, 0, k, ef, |_| true, &mut scratch);
                 assert_eq!(got.len(), k);
                 assert_eq!(
@@ -514,6 +546,13 @@ mod tests {
                 let mut named = store.named.lock().unwrap().clone();
                 let mut given_back = store.given_back.lock().unwrap().clone();
                 let batched = store.batched.lock().unwrap().clone();
+                // Every aux record the bounds read was prefetched, once, and no other.
+                let mut aux_prefetched = store.aux_prefetched.lock().unwrap().clone();
+                let mut aux_read = store.aux_read.lock().unwrap().clone();
+                aux_prefetched.sort_unstable();
+                aux_read.sort_unstable();
+                assert_eq!(aux_prefetched, aux_read, "query {qi}");
+                assert_eq!(aux_read.is_empty(), !coded, "query {qi}");
                 if coded {
                     assert!(
                         !batch || batched.len() >= k,

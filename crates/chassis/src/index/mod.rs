@@ -158,6 +158,12 @@ impl GraphStore for View<'_> {
         self.store.code_aux(slot)
     }
     #[inline]
+    fn prefetch_code_aux(&self, slot: u32) {
+        if let Some(w) = self.store.code_aux_words(slot) {
+            graph::prefetch(w.as_ptr(), 1);
+        }
+    }
+    #[inline]
     fn will_need_exact(&self, slot: u32) {
         self.store.will_need_vector(slot)
     }

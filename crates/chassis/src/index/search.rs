@@ -50,7 +50,11 @@ impl Index {
         k: usize,
         ef: usize,
     ) -> Result<Vec<Vec<Neighbor>>> {
-        self.current().search_many(queries, k, ef)
+        // The batch itself is not generic, so it is compiled here with the rest of the
+        // search, whatever crate calls this (generic, it was compiled in the caller's crate,
+        // where the store's small functions were calls instead of inlined: 8% slower).
+        let rows: Vec<&[f32]> = queries.iter().map(|q| q.as_ref()).collect();
+        self.current().search_many(&rows, k, ef)
     }
 
     /// Every live id, in slot order.
@@ -175,18 +179,13 @@ impl Published {
             .collect()
     }
 
-    fn search_many<Q: AsRef<[f32]>>(
-        &self,
-        queries: &[Q],
-        k: usize,
-        ef: usize,
-    ) -> Result<Vec<Vec<Neighbor>>> {
+    fn search_many(&self, queries: &[&[f32]], k: usize, ef: usize) -> Result<Vec<Vec<Neighbor>>> {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
         let prepared = queries
             .iter()
-            .map(|q| self.prepare(q.as_ref()))
+            .map(|q| self.prepare(q))
             .collect::<Result<Vec<_>>>()?;
         let routing = self.routing();
         let want = k.min(self.len_at(routing));
@@ -242,7 +241,7 @@ impl Published {
             .map(|(hits, query)| {
                 if hits.len() < want {
                     // Short (many deletes, unreachable nodes): widen as one search would.
-                    return self.search(query.as_ref(), k, ef);
+                    return self.search(query, k, ef);
                 }
                 hits.into_iter()
                     .map(|s| {

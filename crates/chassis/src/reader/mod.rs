@@ -210,6 +210,16 @@ impl Slots<'_> {
         Some((layout, &m.region, off))
     }
 
+    /// The two words of `slot`'s aux record (codes only), where they lie in the mapping.
+    #[inline]
+    fn code_aux_words(&self, slot: u32) -> Option<&[AtomicU32]> {
+        self.snap.regions.codebook.as_ref()?;
+        let (layout, region, off) = self.place(slot)?;
+        region
+            .u32_words(layout.aux_at + off * crate::format::codes::AUX_BYTES, 2)
+            .ok()
+    }
+
     /// Where `slot`'s vector lies: its segment's region, the offset in it, the length.
     #[inline]
     fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
@@ -288,15 +298,17 @@ impl GraphStore for View<'_> {
     }
     #[inline]
     fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
-        self.snap.regions.codebook.as_ref()?;
-        let (layout, region, off) = self.place(slot)?;
-        let w = region
-            .u32_words(layout.aux_at + off * crate::format::codes::AUX_BYTES, 2)
-            .ok()?;
+        let w = self.code_aux_words(slot)?;
         Some((
             f32::from_bits(w[0].load(Ordering::Relaxed)),
             f32::from_bits(w[1].load(Ordering::Relaxed)),
         ))
+    }
+    #[inline]
+    fn prefetch_code_aux(&self, slot: u32) {
+        if let Some(w) = self.code_aux_words(slot) {
+            graph::prefetch(w.as_ptr(), 1);
+        }
     }
     #[inline]
     fn will_need_exact(&self, slot: u32) {
@@ -543,13 +555,19 @@ impl IndexReader {
         k: usize,
         ef: usize,
     ) -> Result<Vec<Vec<Neighbor>>> {
+        // Not generic below, so compiled in this crate whoever calls (as Index::search_many).
+        let rows: Vec<&[f32]> = queries.iter().map(|q| q.as_ref()).collect();
+        self.search_rows(&rows, k, ef)
+    }
+
+    fn search_rows(&self, queries: &[&[f32]], k: usize, ef: usize) -> Result<Vec<Vec<Neighbor>>> {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
         let prepared = queries
             .iter()
             .map(|q| {
-                let v = prepare_vector(self.metric, self.dims as usize, q.as_ref())?;
+                let v = prepare_vector(self.metric, self.dims as usize, q)?;
                 Ok(AlignedVector::new(&v))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -584,7 +602,7 @@ impl IndexReader {
             .map(|(hits, query)| {
                 if hits.len() < want {
                     // Short (many deletes, unreachable nodes): widen as one search would.
-                    return self.search_in(&snap, query.as_ref(), k, ef);
+                    return self.search_in(&snap, query, k, ef);
                 }
                 hits.into_iter()
                     .map(|s| {

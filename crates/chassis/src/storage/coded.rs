@@ -6,7 +6,7 @@
 //! before the commit that names their codebook are never read by anyone, and a crash before
 //! that commit leaves a file that walks by vectors and trains again.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::{no_space, Regions, Segment, Store};
@@ -152,16 +152,22 @@ impl Regions {
     /// The aux record of `slot`: its code's error bound ε and its vector's norm.
     #[inline]
     pub fn code_aux(&self, slot: u32) -> Option<(f32, f32)> {
-        self.codebook.as_ref()?;
-        let (seg, off) = self.slot_place(slot)?;
-        let w = seg
-            .region
-            .u32_words(seg.layout.aux_at + off * codes::AUX_BYTES, 2)
-            .ok()?;
+        let w = self.code_aux_words(slot)?;
         Some((
             f32::from_bits(w[0].load(Ordering::Relaxed)),
             f32::from_bits(w[1].load(Ordering::Relaxed)),
         ))
+    }
+
+    /// The two words of `slot`'s aux record, where they lie in the mapping (read by
+    /// [`Regions::code_aux`]; their address is what a search prefetches).
+    #[inline]
+    pub fn code_aux_words(&self, slot: u32) -> Option<&[AtomicU32]> {
+        self.codebook.as_ref()?;
+        let (seg, off) = self.slot_place(slot)?;
+        seg.region
+            .u32_words(seg.layout.aux_at + off * codes::AUX_BYTES, 2)
+            .ok()
     }
 }
 
