@@ -827,6 +827,31 @@ unsafe fn query_rows<'a>(
     })
 }
 
+/// A batch search's C side: the `count` rows at `queries` handed to `search`, its hits
+/// written by [`write_many`]; nothing is read or written for `count` 0.
+///
+/// # Safety
+/// As [`query_rows`]; `ids`, `distances` and `found` as for [`chassis_search_many`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn answer_many(
+    queries: *const f32,
+    count: usize,
+    dims: usize,
+    k: usize,
+    ids: *mut u64,
+    distances: *mut f32,
+    found: *mut usize,
+    search: impl FnOnce(&[&[f32]]) -> chassis::Result<Vec<Vec<chassis::Neighbor>>>,
+) -> Result<(), Fail> {
+    if count == 0 {
+        return Ok(());
+    }
+    // SAFETY: `count * dims` readable floats per the contract.
+    let rows = unsafe { query_rows(queries, count, dims) }?;
+    let hits = search(&rows)?;
+    write_many(&hits, ids, distances, k, found)
+}
+
 /// Writes each query's hits as [`write_hits`] does one's: row `i` at `ids + i * k`,
 /// `distances + i * k` (when not null) and `found + i`.
 fn write_many(
@@ -889,13 +914,12 @@ pub unsafe extern "C" fn chassis_search_many(
     guard(|| {
         // SAFETY: a live handle per the contract.
         let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
-        if count == 0 {
-            return Ok(());
+        // SAFETY: the pointers as this function's contract says.
+        unsafe {
+            answer_many(queries, count, dims, k, ids, distances, found, |rows| {
+                read(ix).search_many(rows, k, ef)
+            })
         }
-        // SAFETY: `count * dims` readable floats per the contract.
-        let rows = unsafe { query_rows(queries, count, dims) }?;
-        let hits = read(ix).search_many(&rows, k, ef)?;
-        write_many(&hits, ids, distances, k, found)
     })
 }
 
@@ -921,13 +945,12 @@ pub unsafe extern "C" fn chassis_reader_search_many(
     guard(|| {
         // SAFETY: a live handle per the contract.
         let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
-        if count == 0 {
-            return Ok(());
+        // SAFETY: the pointers as this function's contract says.
+        unsafe {
+            answer_many(queries, count, dims, k, ids, distances, found, |rows| {
+                r.inner.search_many(rows, k, ef)
+            })
         }
-        // SAFETY: `count * dims` readable floats per the contract.
-        let rows = unsafe { query_rows(queries, count, dims) }?;
-        let hits = r.inner.search_many(&rows, k, ef)?;
-        write_many(&hits, ids, distances, k, found)
     })
 }
 
