@@ -573,8 +573,9 @@ impl Distance {
     /// each eⱼ is spread over about ±sⱼ/2, so the sum's spread is about
     /// ε·√(Σ xⱼ²sⱼ² / Σ sⱼ²) ([`Distance::code_spread`] of the query, `q_spread`), or ε·‖x‖/√dims
     /// for x = q − v̂, whose values aren't at hand. The bound is the walk distance less
-    /// [`LIKELY_Z`] ([`LIKELY_Z_L2`] for squared L2) such spreads: not a proof (a code whose error lines up with the query could
-    /// fall below it), a margin measured to lose no recall on the harness's data
+    /// [`LIKELY_Z`] ([`LIKELY_Z_L2`] for squared L2) such spreads: not a proof (a code whose
+    /// error lines up with the query could fall below it), a margin measured to lose no recall
+    /// on the harness's data
     /// (docs/PERFORMANCE.md, "Codes"). NaN gives NaN, which nothing is skipped on account of.
     pub fn code_likely_bound(&self, walked: f32, eps: f32, q_spread: f32, dims: usize) -> f32 {
         match self.metric {

@@ -160,18 +160,17 @@ pub(super) fn plan<'s, S: GraphStore>(
         _ => 0.0,
     };
     // Each bound of a code reads its aux record, a miss of its own in a large file: start
-    // them AUX_AHEAD ahead so they overlap.
-    if book.is_some() {
-        found
-            .iter()
-            .take(AUX_AHEAD)
-            .for_each(|s| store.prefetch_code_aux(s.slot));
-    }
+    // them AUX_AHEAD ahead so they overlap (the first AUX_AHEAD before any bound).
+    let aux_ahead = if book.is_some() { AUX_AHEAD } else { 0 };
+    found
+        .iter()
+        .take(aux_ahead)
+        .for_each(|s| store.prefetch_code_aux(s.slot));
     let mut order: Vec<Scored> = found
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            if let (Some(_), Some(ahead)) = (book, found.get(i + AUX_AHEAD)) {
+            if let Some(ahead) = found.get(i + aux_ahead).filter(|_| aux_ahead > 0) {
                 store.prefetch_code_aux(ahead.slot);
             }
             s
@@ -510,9 +509,9 @@ mod tests {
 
     /// Fails if the lower bounds read an aux record that wasn't prefetched first, or one is
     /// prefetched that they don't read. Fails if a search walked by codes doesn't give back
-    /// every vector it named for ranking
-    /// (a file larger than memory would keep them crowding its page cache), gives one back
-    /// twice, or gives back vectors after a walk by vectors (those are the walk's own bytes);
+    /// every vector it named for ranking (a file larger than memory would keep them crowding
+    /// its page cache), gives one back twice, or gives back vectors after a walk by vectors
+    /// (those are the walk's own bytes);
     /// and, where the store reads vectors in batches (a file larger than memory, os/direct.rs),
     /// if the answer differs from ranking through the mapping, a vector is both read in the
     /// batch and named, a ranked vector was neither, the batch holds fewer than k, or it reads
