@@ -125,6 +125,7 @@ fn compact_changes_m_and_rebuilds_the_graph() {
         threads: 1,
         vector_layout: None,
         codes: None,
+        keep_graph: false,
     })
     .unwrap();
     let info = ix.info().unwrap();

@@ -48,6 +48,7 @@ fn child(dir: &Path, seed: u64) {
             threads: 2,
             vector_layout: None,
             codes: None,
+            keep_graph: false,
         })
         .unwrap();
         write_atomic(&dir.join("phase"), "flushing");

@@ -208,6 +208,7 @@ fn run(path: &Path, ops: &[Op]) -> Result<(), TestCaseError> {
                     threads: 1,
                     vector_layout: None,
                     codes: None,
+                    keep_graph: false,
                 })
                 .unwrap();
                 flushed = model.clone();

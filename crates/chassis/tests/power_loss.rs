@@ -420,6 +420,7 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
             threads: 1,
             vector_layout: None,
             codes: None,
+            keep_graph: false,
         },
     );
     let (nix, report) = match compacted {

@@ -23,6 +23,7 @@
 //! search may see a list mid-rewrite and only ever sees whole slot ids.
 
 pub mod distance;
+pub mod order;
 mod rank;
 pub mod support;
 pub mod visited;

@@ -238,6 +238,31 @@ impl Store {
             .filter_map(|s| self.regions.vector(s).map(|v| v.to_vec()))
             .collect();
         let book = Codebook::train(self.codes, d, sample.iter().map(|v| v.as_slice()));
+        self.install_codebook(book, count)
+    }
+
+    /// [`Store::train_codes`] with a codebook trained elsewhere (another file's, of this
+    /// file's kind and dimensions): a compaction that keeps the graph keeps its codes too.
+    pub fn adopt_codebook(&mut self, book: &Codebook, count: u32) -> Result<()> {
+        self.require_writable()?;
+        if self.codes == CodeKind::None || self.regions.codebook.is_some() || count == 0 {
+            return Ok(());
+        }
+        if book.kind() != self.codes || book.dims() != self.dims as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a {:?} codebook of {} dimensions for a {:?} file of {}",
+                book.kind(),
+                book.dims(),
+                self.codes,
+                self.dims
+            )));
+        }
+        self.install_codebook(book.clone(), count)
+    }
+
+    /// Writes `book` to a new region and the codes of slots `0..count` by it.
+    fn install_codebook(&mut self, book: Codebook, count: u32) -> Result<()> {
+        let d = self.dims as usize;
         let bytes = book.encode_region();
         let (offset, _region) = self.append_region(bytes.len() as u64)?;
         self.storage
