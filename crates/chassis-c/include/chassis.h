@@ -325,6 +325,18 @@ enum chassis_status chassis_compact_codes(struct chassis_index *index,
                                           size_t ef_construction,
                                           uint32_t codes);
 
+// Rewrites the index into a new file that keeps its graph as it is instead of rebuilding it,
+// the slots renumbered so that neighbors sit near each other in the file: searches answer
+// as before and read fewer pages and cache lines. `codes` as in [`chassis_compact_codes`].
+// Needs an index without deleted vectors (`CHASSIS_STATUS_INVALID_ARGUMENT` otherwise, and
+// nothing changes: compact with [`chassis_compact`] first).
+//
+// Thread safety: as `chassis_compact`.
+//
+// # Safety
+// `index` is a live handle.
+enum chassis_status chassis_compact_keep_graph(struct chassis_index *index, uint32_t codes);
+
 // The `k` nearest live vectors to `query` (nearest first), searching with beam width
 // max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and
 // distances (`distances` may be null) and the count written to `found`: fewer than `k` only

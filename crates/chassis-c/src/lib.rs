@@ -717,6 +717,38 @@ pub unsafe extern "C" fn chassis_compact_codes(
             threads: 0,
             vector_layout: None,
             codes,
+            keep_graph: false,
+        })?;
+        Ok(())
+    })
+}
+
+/// Rewrites the index into a new file that keeps its graph as it is instead of rebuilding it,
+/// the slots renumbered so that neighbors sit near each other in the file: searches answer
+/// as before and read fewer pages and cache lines. `codes` as in [`chassis_compact_codes`].
+/// Needs an index without deleted vectors (`CHASSIS_STATUS_INVALID_ARGUMENT` otherwise, and
+/// nothing changes: compact with [`chassis_compact`] first).
+///
+/// Thread safety: as `chassis_compact`.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_compact_keep_graph(
+    index: *mut chassis_index,
+    codes: u32,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let codes = match codes {
+            CHASSIS_CODES_KEEP => None,
+            c => Some(codes_of(c)?),
+        };
+        write(ix).compact(CompactOptions {
+            codes,
+            keep_graph: true,
+            ..CompactOptions::default()
         })?;
         Ok(())
     })

@@ -377,8 +377,26 @@ fn compact_and_migrate() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("locked"));
     drop(w);
+    // Deleted vectors: the graph can't be kept as it is.
+    let out = chassis(&["compact", p, "--keep-graph"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("200 of 300"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = ok(&["compact", p, "--m", "12", "--threads", "2"]);
     assert!(out.contains("100 live vectors of 300 slots"), "{out}");
+    let q = dir.path().join("q.fvecs");
+    write_fvecs(&q, &rows[200..230]);
+    let search = || {
+        let q = q.to_str().unwrap();
+        ok(&["search", p, "--query-file", q, "-k", "5", "--json"])
+    };
+    let before = search();
+    let out = ok(&["compact", p, "--keep-graph"]);
+    assert!(out.contains("100 live vectors of 100 slots"), "{out}");
+    assert_eq!(search(), before, "the kept graph answers as before");
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", p, "--json"])).unwrap();
     assert_eq!(
         (info["count"].as_u64(), info["m"].as_u64()),

@@ -504,6 +504,8 @@ impl RawIndex {
         Ok((backup_dict(py, &r)?, pyo3::types::PyBytes::new(py, &patch)))
     }
 
+    // The Python method's keyword arguments, one for one.
+    #[allow(clippy::too_many_arguments)]
     fn compact(
         &self,
         py: Python<'_>,
@@ -512,6 +514,7 @@ impl RawIndex {
         threads: usize,
         format: Option<u32>,
         codes: Option<&str>,
+        keep_graph: bool,
     ) -> PyResult<()> {
         let vector_layout = format.map(layout_of).transpose()?;
         let codes = codes.map(codes_of).transpose()?;
@@ -523,6 +526,7 @@ impl RawIndex {
                     threads,
                     vector_layout,
                     codes,
+                    keep_graph,
                 })
                 .map(|_| ())
             })

@@ -86,6 +86,16 @@ def test_deletes_custom_ids_and_context_manager(tmp_path):
     assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
     ix.compact(threads=1)
     assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
+    # Keeping the graph: the same answers, slots renumbered; not over deleted vectors.
+    before = ix.search(data[:20], k=5)
+    ix.compact(keep_graph=True)
+    after = ix.search(data[:20], k=5)
+    assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
+    assert ix.info()["M"] == 8 and len(ix) == 99 and 1003 in ix and 5000 in ix
+    ix.delete(1003)
+    with pytest.raises(chassis.InvalidArgumentError, match="deleted"):
+        ix.compact(keep_graph=True)
+    assert len(ix) == 98 and 5000 in ix
 
 
 def test_bad_input_is_a_clear_error(tmp_path):

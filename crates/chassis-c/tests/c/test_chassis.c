@@ -179,7 +179,21 @@ int main(int argc, char **argv) {
     for (uint64_t id = 0; id < 100; id++) {
         CHECK(chassis_delete(ix, id) == CHASSIS_STATUS_OK, "delete %llu", (unsigned long long)id);
     }
+    CHECK(chassis_compact_keep_graph(ix, CHASSIS_CODES_KEEP) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "keep_graph refuses deleted vectors");
     CHECK(chassis_compact(ix, 16, 0) == CHASSIS_STATUS_OK, "compact");
+    vector(150, v);
+    CHECK(chassis_search(ix, v, DIMS, 5, 64, ids, dist, &found) == CHASSIS_STATUS_OK, "search before keep_graph");
+    uint64_t kept_ids[5];
+    float kept_dist[5];
+    size_t kept_found = found;
+    memcpy(kept_ids, ids, sizeof kept_ids);
+    memcpy(kept_dist, dist, sizeof kept_dist);
+    CHECK(chassis_compact_keep_graph(ix, CHASSIS_CODES_KEEP) == CHASSIS_STATUS_OK, "compact keeping the graph");
+    CHECK(chassis_search(ix, v, DIMS, 5, 64, ids, dist, &found) == CHASSIS_STATUS_OK && found == kept_found &&
+              memcmp(ids, kept_ids, found * sizeof(uint64_t)) == 0 &&
+              memcmp(dist, kept_dist, found * sizeof(float)) == 0,
+          "the kept graph answers as before");
     uint64_t len = 0;
     CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len %llu", (unsigned long long)len);
     CHECK(chassis_reader_len(r, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "reader len");
