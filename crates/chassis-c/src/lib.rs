@@ -704,6 +704,27 @@ pub unsafe extern "C" fn chassis_compact_codes(
     ef_construction: usize,
     codes: u32,
 ) -> chassis_status {
+    // SAFETY: the same contract.
+    unsafe {
+        compact_with(index, codes, |codes| CompactOptions {
+            m: (m != 0).then_some(m),
+            ef_construction: (ef_construction != 0).then_some(ef_construction),
+            codes,
+            ..CompactOptions::default()
+        })
+    }
+}
+
+/// Compacts `index` with the options `options` makes of the `codes` argument (a
+/// `CHASSIS_CODES_*` value, checked here).
+///
+/// # Safety
+/// `index` is a live handle.
+unsafe fn compact_with(
+    index: *mut chassis_index,
+    codes: u32,
+    options: impl FnOnce(Option<chassis::CodeKind>) -> CompactOptions,
+) -> chassis_status {
     guard(|| {
         // SAFETY: a live handle per the contract.
         let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
@@ -711,14 +732,7 @@ pub unsafe extern "C" fn chassis_compact_codes(
             CHASSIS_CODES_KEEP => None,
             c => Some(codes_of(c)?),
         };
-        write(ix).compact(CompactOptions {
-            m: (m != 0).then_some(m),
-            ef_construction: (ef_construction != 0).then_some(ef_construction),
-            threads: 0,
-            vector_layout: None,
-            codes,
-            keep_graph: false,
-        })?;
+        write(ix).compact(options(codes))?;
         Ok(())
     })
 }
@@ -738,20 +752,14 @@ pub unsafe extern "C" fn chassis_compact_keep_graph(
     index: *mut chassis_index,
     codes: u32,
 ) -> chassis_status {
-    guard(|| {
-        // SAFETY: a live handle per the contract.
-        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
-        let codes = match codes {
-            CHASSIS_CODES_KEEP => None,
-            c => Some(codes_of(c)?),
-        };
-        write(ix).compact(CompactOptions {
+    // SAFETY: the same contract.
+    unsafe {
+        compact_with(index, codes, |codes| CompactOptions {
             codes,
             keep_graph: true,
             ..CompactOptions::default()
-        })?;
-        Ok(())
-    })
+        })
+    }
 }
 
 fn write_hits(
