@@ -280,9 +280,9 @@ impl Writer {
     /// Writes this index's slots and graph into `new` (empty) renumbered in
     /// [`graph::order::locality_order`]: every slot's id, metadata and vector (re-encoded
     /// in `new`'s layout, with this index's codebook where the code kind stays), and every
-    /// list with its words mapped to the new slots. The graph is the same graph, edge for edge, so searches find what they found;
-    /// the order keeps the support invariant, so no repair is needed (checked in debug
-    /// builds). Needs every slot live.
+    /// list with its words mapped to the new slots. The graph is the same graph, edge for
+    /// edge, so searches find what they found; the order keeps the support invariant, so no
+    /// repair is needed (graph/order.rs's tests). Needs every slot live.
     fn copy_graph_into(
         &mut self,
         new: &mut Writer,
@@ -358,7 +358,11 @@ impl Writer {
                 }
             }
         }
-        new.entry = Some((new_slot[entry as usize], top));
+        let new_entry = new_slot
+            .get(entry as usize)
+            .copied()
+            .ok_or_else(|| Error::corrupt(format!("entry point {entry} past slot {n}"), 0))?;
+        new.entry = Some((new_entry, top));
         new.next_id = self.next_id;
         for (to, from) in [
             (&new.shared.walk.forced, &self.shared.walk.forced),
