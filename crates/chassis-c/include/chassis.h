@@ -415,100 +415,6 @@ enum chassis_status chassis_reader_search_many(const struct chassis_reader *read
                                                float *distances,
                                                size_t *found);
 
-// Adds a vector with its metadata, a JSON object (`{"tenant": "acme", "tags": ["a"]}`; null
-// or "{}" for none; see docs/FILTERS.md for what it may hold). With `id` null the index
-// assigns the id, otherwise `*id` is used (`CHASSIS_STATUS_DUPLICATE_ID` if it is live); the
-// id is written to `out_id` if not null. Malformed metadata is `CHASSIS_STATUS_INVALID_ARGUMENT`
-// and adds nothing. Durable at the next `chassis_flush`.
-//
-// Thread safety: any thread; writes on the same index run one at a time (this one waits for
-// one in progress), and searches on it never wait for this one.
-//
-// # Safety
-// `index` is a live handle; `id` is null or readable; `vector` points to `dims` floats;
-// `metadata_json` is null or a NUL-terminated string; `out_id` is null or writable.
-enum chassis_status chassis_add_with_metadata(struct chassis_index *index,
-                                              const uint64_t *id,
-                                              const float *vector,
-                                              size_t dims,
-                                              const char *metadata_json,
-                                              uint64_t *out_id);
-
-// Replaces the metadata of a live `id` (a JSON object, as for `chassis_add_with_metadata`),
-// keeping its vector. Durable at the next flush.
-//
-// Thread safety: any thread; writes on the same index run one at a time (this one waits for
-// one in progress), and searches on it never wait for this one.
-//
-// # Safety
-// `index` is a live handle; `metadata_json` is a NUL-terminated string.
-enum chassis_status chassis_set_metadata(struct chassis_index *index,
-                                         uint64_t id,
-                                         const char *metadata_json);
-
-// Writes the metadata of `id` as a JSON object ("{}" for none) and a NUL into `buf`, which has
-// room for `buf_len` bytes, and its length without the NUL to `out_len`. When it does not
-// fit, returns `CHASSIS_STATUS_BUFFER_TOO_SMALL` with `out_len` set: call again with a buffer
-// of `out_len + 1` bytes. `CHASSIS_STATUS_NOT_FOUND` if `id` is not live.
-//
-// Thread safety: as `chassis_search`.
-//
-// # Safety
-// `index` is a live handle; `buf` is null or writable for `buf_len` bytes; `out_len` is
-// writable.
-enum chassis_status chassis_get_metadata(const struct chassis_index *index,
-                                         uint64_t id,
-                                         char *buf,
-                                         size_t buf_len,
-                                         size_t *out_len);
-
-// [`chassis_get_metadata`] on a reader: a fresh snapshot of what is committed.
-//
-// Thread safety: any thread.
-//
-// # Safety
-// As for `chassis_get_metadata`, with a live reader handle.
-enum chassis_status chassis_reader_get_metadata(const struct chassis_reader *reader,
-                                                uint64_t id,
-                                                char *buf,
-                                                size_t buf_len,
-                                                size_t *out_len);
-
-// [`chassis_search`] among the vectors whose metadata passes `filter_json`, a JSON filter
-// (`{"tenant": "acme", "year": {"$gte": 2020}}`; docs/FILTERS.md). Exact distances, and
-// min(k, live vectors that pass) hits. A malformed filter is
-// `CHASSIS_STATUS_INVALID_ARGUMENT` before any search work.
-//
-// Thread safety: as `chassis_search`.
-//
-// # Safety
-// As for `chassis_search`; `filter_json` is a NUL-terminated string.
-enum chassis_status chassis_search_filtered(const struct chassis_index *index,
-                                            const float *query,
-                                            size_t dims,
-                                            size_t k,
-                                            size_t ef,
-                                            const char *filter_json,
-                                            uint64_t *ids,
-                                            float *distances,
-                                            size_t *found);
-
-// [`chassis_search_filtered`] on a reader: a fresh snapshot of what is committed.
-//
-// Thread safety: any thread, concurrently with every other call on the same reader.
-//
-// # Safety
-// As for `chassis_search_filtered`, with a live reader handle.
-enum chassis_status chassis_reader_search_filtered(const struct chassis_reader *reader,
-                                                   const float *query,
-                                                   size_t dims,
-                                                   size_t k,
-                                                   size_t ef,
-                                                   const char *filter_json,
-                                                   uint64_t *ids,
-                                                   float *distances,
-                                                   size_t *found);
-
 // Live vectors the writer sees (its unflushed work included).
 //
 // Thread safety: any thread, concurrently with every other call on the same index but close;
@@ -632,6 +538,100 @@ void chassis_close(struct chassis_index *index);
 // # Safety
 // `reader` is null or a live handle no other thread is using; it is invalid afterwards.
 void chassis_reader_close(struct chassis_reader *reader);
+
+// Adds a vector with its metadata, a JSON object (`{"tenant": "acme", "tags": ["a"]}`; null
+// or "{}" for none; see docs/FILTERS.md for what it may hold). With `id` null the index
+// assigns the id, otherwise `*id` is used (`CHASSIS_STATUS_DUPLICATE_ID` if it is live); the
+// id is written to `out_id` if not null. Malformed metadata is `CHASSIS_STATUS_INVALID_ARGUMENT`
+// and adds nothing. Durable at the next `chassis_flush`.
+//
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
+//
+// # Safety
+// `index` is a live handle; `id` is null or readable; `vector` points to `dims` floats;
+// `metadata_json` is null or a NUL-terminated string; `out_id` is null or writable.
+enum chassis_status chassis_add_with_metadata(struct chassis_index *index,
+                                              const uint64_t *id,
+                                              const float *vector,
+                                              size_t dims,
+                                              const char *metadata_json,
+                                              uint64_t *out_id);
+
+// Replaces the metadata of a live `id` (a JSON object, as for `chassis_add_with_metadata`),
+// keeping its vector. Durable at the next flush.
+//
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
+//
+// # Safety
+// `index` is a live handle; `metadata_json` is a NUL-terminated string.
+enum chassis_status chassis_set_metadata(struct chassis_index *index,
+                                         uint64_t id,
+                                         const char *metadata_json);
+
+// Writes the metadata of `id` as a JSON object ("{}" for none) and a NUL into `buf`, which has
+// room for `buf_len` bytes, and its length without the NUL to `out_len`. When it does not
+// fit, returns `CHASSIS_STATUS_BUFFER_TOO_SMALL` with `out_len` set: call again with a buffer
+// of `out_len + 1` bytes. `CHASSIS_STATUS_NOT_FOUND` if `id` is not live.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `buf` is null or writable for `buf_len` bytes; `out_len` is
+// writable.
+enum chassis_status chassis_get_metadata(const struct chassis_index *index,
+                                         uint64_t id,
+                                         char *buf,
+                                         size_t buf_len,
+                                         size_t *out_len);
+
+// [`chassis_get_metadata`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `chassis_get_metadata`, with a live reader handle.
+enum chassis_status chassis_reader_get_metadata(const struct chassis_reader *reader,
+                                                uint64_t id,
+                                                char *buf,
+                                                size_t buf_len,
+                                                size_t *out_len);
+
+// [`chassis_search`] among the vectors whose metadata passes `filter_json`, a JSON filter
+// (`{"tenant": "acme", "year": {"$gte": 2020}}`; docs/FILTERS.md). Exact distances, and
+// min(k, live vectors that pass) hits. A malformed filter is
+// `CHASSIS_STATUS_INVALID_ARGUMENT` before any search work.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// As for `chassis_search`; `filter_json` is a NUL-terminated string.
+enum chassis_status chassis_search_filtered(const struct chassis_index *index,
+                                            const float *query,
+                                            size_t dims,
+                                            size_t k,
+                                            size_t ef,
+                                            const char *filter_json,
+                                            uint64_t *ids,
+                                            float *distances,
+                                            size_t *found);
+
+// [`chassis_search_filtered`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search_filtered`, with a live reader handle.
+enum chassis_status chassis_reader_search_filtered(const struct chassis_reader *reader,
+                                                   const float *query,
+                                                   size_t dims,
+                                                   size_t k,
+                                                   size_t ef,
+                                                   const char *filter_json,
+                                                   uint64_t *ids,
+                                                   float *distances,
+                                                   size_t *found);
 
 #ifdef __cplusplus
 }  // extern "C"
