@@ -14,11 +14,11 @@
 //! ranks what it found by [`Distance::exact`], as far as [`Distance::exact_lower_bound`] leaves
 //! a found vector in doubt. Codes are walked by [`Distance::walk_batch`]: integer byte
 //! products against a query prepared for their codebook ([`CodedQuery`]) where the CPU has
-//! AVX-512 VNNI, within a known error of the f32 code kernels [`Distance::walk`] uses.
+//! AVX-512 VNNI or AVX2, within a known error of the f32 code kernels [`Distance::walk`] uses.
 
 use std::sync::OnceLock;
 
-use crate::format::codes::CodeKind;
+use crate::format::codes::{CodeKind, Codebook};
 pub use crate::format::vector::VectorRef;
 use crate::format::vector::{high_value, HIGH_HALF_REL_ERROR};
 
@@ -230,7 +230,7 @@ pub struct Distance {
     halves_batch: Option<HalvesBatchKernel>,
     codes: CodesKernel,
     code: CodeKernel,
-    /// None where the CPU lacks AVX-512 VNNI (the f32 code kernels serve).
+    /// None where the CPU lacks AVX2 (the f32 code kernels serve).
     integer: Option<IntegerKernel>,
 }
 
@@ -338,6 +338,14 @@ impl Distance {
             {
                 Some(x86::integer_codes)
             }
+            // AVX-512 without VNNI still has AVX2 (every AVX-512 CPU does).
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 | SimdLevel::Avx2Fma
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma") =>
+            {
+                Some(x86::integer_codes_avx2)
+            }
             _ => None,
         };
         Distance {
@@ -362,6 +370,14 @@ impl Distance {
     /// Whether walks by codes use the integer kernels ([`Distance::walk_batch`]).
     pub fn has_integer_kernels(&self) -> bool {
         self.integer.is_some()
+    }
+
+    /// Prepares `coded` for query `q` against `book`'s codes (see [`CodedQuery::prepare`])
+    /// where this distance has integer kernels; returns whether they score them. Where it has
+    /// none, `coded` is left as it was, and [`CodedQuery::error_for`] gives 0 for `book` once
+    /// the caller has forgotten it at the start of the search.
+    pub fn prepare_coded(&self, coded: &mut CodedQuery, q: &[f32], book: &Codebook) -> bool {
+        self.integer.is_some() && coded.prepare(q, book, self.metric == Metric::L2Squared)
     }
 
     /// The metric.
@@ -448,7 +464,7 @@ impl Distance {
         for (group, o) in vs.chunks(BATCH_WIDTH).zip(out.chunks_mut(BATCH_WIDTH)) {
             if let Some((book, g)) = codes_group(q.len(), group) {
                 if let (Some(integer), Some(coded)) = (self.integer, coded.as_deref_mut()) {
-                    if coded.prepare(q, book, self.metric == Metric::L2Squared) {
+                    if self.prepare_coded(coded, q, book) {
                         for (o, d) in o.iter_mut().zip(integer(coded, g)) {
                             *o = self.finish_code(d);
                         }
@@ -656,7 +672,7 @@ fn halves_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BAT
 fn codes_group<'a>(
     n: usize,
     group: &[VectorRef<'a>],
-) -> Option<(&'a crate::format::codes::Codebook, [&'a [u8]; BATCH_WIDTH])> {
+) -> Option<(&'a Codebook, [&'a [u8]; BATCH_WIDTH])> {
     let book = match group.first() {
         Some(VectorRef::Code(_, b)) if b.dims() >= n => *b,
         _ => return None,
@@ -829,7 +845,6 @@ mod x86;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::codes::Codebook;
 
     fn data(n: usize, seed: u64) -> Vec<f32> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -975,23 +990,32 @@ mod tests {
     }
 
     /// Fails if the integer code kernels read past a code, mislay a dimension (int4's even and
-    /// odd halves, a short last block) or sum other than exactly: at every length, for int8
-    /// and int4 codes under both metrics they serve, each of a batch must equal the scalar
-    /// integer reference; and their error must stay a small part of int8's proved margin
-    /// ‖q‖·ε (the reason for 14-bit weights: at 8 bits it was several times the margin).
+    /// odd halves, a short last block or step) or sum other than exactly (AVX2's 16-bit pairs
+    /// saturating included): at every length, for int8 and int4 codes under both metrics each
+    /// kernel serves, each of a batch must equal the scalar integer reference; and their error
+    /// must stay a small part of int8's proved margin ‖q‖·ε (the reason for 13- and 14-bit
+    /// weights: at 8 bits it was several times the margin). Every code value at its largest
+    /// (255, 15) meets the largest weights, where AVX2's 16-bit pairs would saturate first; a
+    /// query far outside the codebook's range gives large terms that cancel.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn integer_code_kernels_match_their_reference_at_every_length() {
-        let d = Distance::new(Metric::Cosine);
-        if !d.has_integer_kernels() {
-            return;
+        let mut kernels: Vec<(&str, IntegerKernel)> = Vec::new();
+        if Distance::with_level(Metric::Cosine, SimdLevel::Avx2Fma).has_integer_kernels() {
+            kernels.push(("avx2", x86::integer_codes_avx2));
+        }
+        if Distance::with_level(Metric::Cosine, SimdLevel::Avx512).has_integer_kernels()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+        {
+            kernels.push(("avx512 vnni", x86::integer_codes));
         }
         for n in 1..300 {
             for kind in [CodeKind::Int8, CodeKind::Int4] {
                 let train: Vec<Vec<f32>> = (0..16).map(|t| data(n, 500 + t)).collect();
                 let book = Codebook::train(kind, n, train.iter().map(|t| t.as_slice()));
                 // Codes exactly as long as their values (no padding) to catch overreads.
-                let codes: Vec<Vec<u8>> = (0..BATCH_WIDTH as u64)
+                let mut codes: Vec<Vec<u8>> = (0..BATCH_WIDTH as u64)
                     .map(|j| {
                         let mut c = vec![0u8; kind.code_bytes(n as u32) as usize];
                         book.encode(&data(n, 900 + j), &mut c);
@@ -999,32 +1023,43 @@ mod tests {
                         c
                     })
                     .collect();
+                codes[0].fill(0xff);
+                codes[1].fill(0);
                 let group: [&[u8]; BATCH_WIDTH] = std::array::from_fn(|j| codes[j].as_slice());
+                let far: Vec<f32> = data(n, 78).iter().map(|x| 40.0 * x.signum()).collect();
+                for q in [unit(&data(n, 77)), far] {
+                    for l2 in [false, true] {
+                        for &(name, kernel) in &kernels {
+                            let mut coded = CodedQuery::default();
+                            if !coded.prepare(&q, &book, l2) {
+                                assert!(l2 && kind == CodeKind::Int8, "{kind:?} n={n}");
+                                continue;
+                            }
+                            let got = kernel(&coded, group);
+                            for (g, c) in got.iter().zip(&codes) {
+                                let want = coded.score_scalar(c);
+                                // f32 rounding of the terms, which the far query makes large
+                                // and which cancel to `want`.
+                                let size = 1.0 + want.abs() + coded.constant.abs();
+                                assert!(
+                                    (g - want).abs() <= 1e-5 * size,
+                                    "{name} {kind:?} l2={l2} n={n}: {g} against {want}"
+                                );
+                            }
+                        }
+                    }
+                }
                 let q = unit(&data(n, 77));
-                for l2 in [false, true] {
-                    let mut coded = CodedQuery::default();
-                    if !coded.prepare(&q, &book, l2) {
-                        assert!(l2 && kind == CodeKind::Int8, "{kind:?} n={n}");
-                        continue;
-                    }
-                    let got = x86::integer_codes(&coded, group);
-                    for (g, c) in got.iter().zip(&codes) {
-                        let want = coded.score_scalar(c);
-                        assert!(
-                            (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{kind:?} l2={l2} n={n}: {g} against {want}"
-                        );
-                    }
-                    if kind == CodeKind::Int8 && n >= 32 {
-                        let mut c = vec![0u8; kind.code_bytes(n as u32) as usize];
-                        let (eps, _) = book.encode(&data(n, 901), &mut c);
-                        let margin = eps; // ‖q‖ = 1
-                        assert!(
-                            coded.error_for(&book) < 0.05 * margin,
-                            "n={n}: error {} against margin {margin}",
-                            coded.error_for(&book)
-                        );
-                    }
+                let mut coded = CodedQuery::default();
+                if kind == CodeKind::Int8 && n >= 32 && coded.prepare(&q, &book, false) {
+                    let mut c = vec![0u8; kind.code_bytes(n as u32) as usize];
+                    let (eps, _) = book.encode(&data(n, 901), &mut c);
+                    let margin = eps; // ‖q‖ = 1
+                    assert!(
+                        coded.error_for(&book) < 0.05 * margin,
+                        "n={n}: error {} against margin {margin}",
+                        coded.error_for(&book)
+                    );
                 }
             }
         }
@@ -1035,7 +1070,12 @@ mod tests {
         q[3] = f32::NAN;
         assert!(coded.prepare(&q, &book, false));
         assert!(coded.error_for(&book).is_nan());
-        assert!(x86::integer_codes(&coded, [&[0u8; 4][..]; BATCH_WIDTH])[0].is_nan());
+        for &(name, kernel) in &kernels {
+            assert!(
+                kernel(&coded, [&[0u8; 4][..]; BATCH_WIDTH])[0].is_nan(),
+                "{name}"
+            );
+        }
     }
 
     /// Unit length as the writer makes it for cosine (norm in f64, divided in f32).

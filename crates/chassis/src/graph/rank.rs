@@ -10,7 +10,7 @@
 //! together ([`GraphStore::start_exact_batch`]) is waited for before any of it is used, and
 //! gives the same distances as reading each through the store.
 
-use super::{prefetch, Distance, ExactBatch, GraphStore, Metric, Scored, Scratch, VectorRef};
+use super::{prefetch, Distance, ExactBatch, GraphStore, Scored, Scratch, VectorRef};
 
 /// How many found slots ahead of the one whose lower bound is computed have their aux record
 /// prefetched ([`plan`]).
@@ -151,10 +151,7 @@ pub(super) fn plan<'s, S: GraphStore>(
     };
     // Prepared already by the walk unless it never met a code; preparing is deterministic.
     let q_error = match book {
-        Some(book) if dist.has_integer_kernels() => {
-            scratch
-                .coded
-                .prepare(q, book, dist.metric() == Metric::L2Squared);
+        Some(book) if dist.prepare_coded(&mut scratch.coded, q, book) => {
             scratch.coded.error_for(book)
         }
         _ => 0.0,

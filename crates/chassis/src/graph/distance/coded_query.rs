@@ -1,5 +1,6 @@
 //! A query quantized for the integer code kernels: what lets a walk by codes score a code with
-//! byte products (AVX-512 VNNI: 64 a instruction) instead of widening every code value to f32.
+//! byte products (AVX-512 VNNI: 64 an instruction; AVX2's VPMADDUBSW: 32, int4 only) instead
+//! of widening every code value to f32.
 //!
 //! A code c stands for v̂ⱼ = loⱼ + sⱼ·cⱼ (format/codes.rs). The walk distance to it splits into
 //! a part of the query alone and a sum over the code:
@@ -8,11 +9,14 @@
 //!   aⱼ = −2(qⱼ − loⱼ)sⱼ and bⱼ = sⱼ² (cⱼ² ≤ 225 still fits a byte; int8's squares don't, so
 //!   int8 under L2 keeps the f32 kernels).
 //!
-//! The weights a (and b) are quantized to integers ãⱼ = round(aⱼ/α), |ãⱼ| ≤ [`WEIGHT_MAX`]
-//! (about 14 bits), each stored as two signed bytes ãⱼ = 128·hiⱼ + loⱼ so that byte products
-//! sum them exactly: Σ ãⱼcⱼ = 128·Σ hiⱼcⱼ + Σ loⱼcⱼ, in 32-bit lanes that no dimension count
-//! up to `MAX_DIMS` overflows. With rⱼ = aⱼ − α·ãⱼ (|rⱼ| ≤ α/2) and m = L/2 the middle of the
-//! code range 0..=L:
+//! The weights a (and b) are quantized to integers ãⱼ = round(aⱼ/α), each stored as two signed
+//! bytes ãⱼ = 128·hiⱼ + loⱼ (loⱼ in −64..=63) so that byte products sum them exactly:
+//! Σ ãⱼcⱼ = 128·Σ hiⱼcⱼ + Σ loⱼcⱼ, in 32-bit lanes that no dimension count up to `MAX_DIMS`
+//! overflows. Each weight's bound keeps AVX2's VPMADDUBSW exact too, which adds two products
+//! of a code byte and a weight byte in a saturating 16-bit lane: int4's |ãⱼ| ≤ [`WEIGHT_MAX`]
+//! (about 14 bits; 2·15·127 fits), int8's ≤ [`INT8_WEIGHT_MAX`] (13 bits; 2·255·64 fits) and
+//! the squares' b̃ⱼ ≤ [`SQUARE_WEIGHT_MAX`] (2·225·72 fits). With rⱼ = aⱼ − α·ãⱼ
+//! (|rⱼ| ≤ α/2) and m = L/2 the middle of the code range 0..=L:
 //!
 //! Σ aⱼcⱼ = α·Σ ãⱼcⱼ + m·Σ rⱼ + Σ rⱼ(cⱼ − m), and |Σ rⱼ(cⱼ − m)| ≤ m·Σ|rⱼ|.
 //!
@@ -20,8 +24,8 @@
 //! plus α times an exact integer sum, and every walk distance they give is within
 //! [`CodedQuery::error`] = m·Σ|rⱼ| (plus the squares' own term) of the f32 kernels' — a
 //! deterministic bound the ranking subtracts before trusting a code's lower bound, so "every
-//! returned distance is exact" and int8's proved bound stay what they were. At 14 bits the
-//! bound is about 0.5% of int8's proved margin ‖q‖ε and under 1% of int4's likely one.
+//! returned distance is exact" and int8's proved bound stay what they were. At 13 bits the
+//! bound is about 1% of int8's proved margin ‖q‖ε; at 14, under 1% of int4's likely one.
 //!
 //! Invariants: a prepared query is keyed by the codebook's and the query's addresses and
 //! lengths; callers forget it at the start of every search (the query's buffer may be reused
@@ -33,8 +37,16 @@ use crate::format::codes::{CodeKind, Codebook};
 /// Bytes of code one step of the integer kernels reads.
 pub(super) const BLOCK: usize = 64;
 
-/// The largest |ãⱼ|: 128·127 (hiⱼ ≤ 127 with loⱼ in −64..=63).
+/// The largest |ãⱼ| for int4 codes: 128·127 (hiⱼ ≤ 127 with loⱼ in −64..=63).
 pub const WEIGHT_MAX: f64 = 16_256.0;
+
+/// The largest |ãⱼ| for int8 codes: 128·64 + 63, so that |hiⱼ| ≤ 64 and a pair of products
+/// with code bytes up to 255 fits a 16-bit lane (2·255·64 = 32,640).
+pub const INT8_WEIGHT_MAX: f64 = 8_255.0;
+
+/// The largest b̃ⱼ (the squares' weights, never negative): 128·72 + 63, so that hiⱼ ≤ 72 and
+/// a pair of products with squares up to 225 fits a 16-bit lane (2·225·72 = 32,400).
+pub const SQUARE_WEIGHT_MAX: f64 = 9_279.0;
 
 /// A query prepared for one codebook's integer kernels (see the module documentation).
 // Only the x86-64 kernels read the prepared weights; elsewhere a search never prepares one.
@@ -68,26 +80,22 @@ pub struct CodedQuery {
     ints: Vec<i32>,
 }
 
-/// `values` quantized to integers within ±[`WEIGHT_MAX`] into `out`: (α, Σ rⱼ, Σ |rⱼ|). All
-/// zero gives α = 1 and zero weights; a non-finite value gives NaN sums.
-fn quantize(values: &[f64], out: &mut Vec<i32>) -> (f32, f64, f64) {
+/// `values` quantized to integers within ±`limit` into `out`: (α, Σ rⱼ, Σ |rⱼ|). All zero
+/// gives α = 1 and zero weights; a non-finite value gives NaN sums.
+fn quantize(values: &[f64], limit: f64, out: &mut Vec<i32>) -> (f32, f64, f64) {
     out.clear();
     let max = values.iter().fold(0f64, |m, v| m.max(v.abs()));
     if !values.iter().all(|v| v.is_finite()) {
         out.resize(values.len(), 0);
         return (1.0, f64::NAN, f64::NAN);
     }
-    let scale = if max > 0.0 {
-        (max / WEIGHT_MAX) as f32
-    } else {
-        1.0
-    };
+    let scale = if max > 0.0 { (max / limit) as f32 } else { 1.0 };
     // A scale too small for f32 (subnormal queries) leaves everything in the residuals.
     let scale = if scale.is_normal() { scale } else { 1.0 };
     let alpha = f64::from(scale);
     let (mut sum, mut abs) = (0f64, 0f64);
     out.extend(values.iter().map(|&v| {
-        let t = (v / alpha).round().clamp(-WEIGHT_MAX, WEIGHT_MAX);
+        let t = (v / alpha).round().clamp(-limit, limit);
         // Exact in f64: v is a product of two f32, alpha·t one of 24 and 15 bits.
         let r = v - alpha * t;
         sum += r;
@@ -163,11 +171,11 @@ impl CodedQuery {
                 base += d * d;
                 -2.0 * d * f64::from(s)
             }));
-            let (alpha, sum, abs) = quantize(values, ints);
+            let (alpha, sum, abs) = quantize(values, WEIGHT_MAX, ints);
             lay_out(ints, self.int4, self.blocks, &mut self.weights);
             values.clear();
             values.extend(step.iter().map(|&s| f64::from(s) * f64::from(s)));
-            let (beta, sum2, abs2) = quantize(values, ints);
+            let (beta, sum2, abs2) = quantize(values, SQUARE_WEIGHT_MAX, ints);
             lay_out(ints, self.int4, self.blocks, &mut self.square_weights);
             let m2 = f64::from(book.kind().levels()).powi(2) / 2.0;
             self.scale = alpha;
@@ -178,7 +186,12 @@ impl CodedQuery {
                 base += f64::from(x) * f64::from(l);
                 f64::from(x) * f64::from(s)
             }));
-            let (alpha, sum, abs) = quantize(values, ints);
+            let limit = if self.int4 {
+                WEIGHT_MAX
+            } else {
+                INT8_WEIGHT_MAX
+            };
+            let (alpha, sum, abs) = quantize(values, limit, ints);
             lay_out(ints, self.int4, self.blocks, &mut self.weights);
             self.scale = alpha;
             self.square_scale = 0.0;
@@ -251,6 +264,14 @@ mod tests {
             assert!((-64..=63).contains(&lo), "{t}");
             assert_eq!(128 * i32::from(hi) + i32::from(lo), t);
         }
+        // Int8's and the squares' weights keep their high byte within AVX2's exact range.
+        let int8 = INT8_WEIGHT_MAX as i32;
+        for t in -int8..=int8 {
+            assert!((-64..=64).contains(&split(t).0), "{t}");
+        }
+        for t in 0..=SQUARE_WEIGHT_MAX as i32 {
+            assert!((0..=72).contains(&split(t).0), "{t}");
+        }
     }
 
     #[test]
@@ -259,19 +280,23 @@ mod tests {
             .map(|i| ((i * 37 % 101) as f64 - 50.0) * 0.013)
             .collect();
         let mut t = Vec::new();
-        let (alpha, sum, abs) = quantize(&v, &mut t);
-        let mut s = 0f64;
-        for (&x, &w) in v.iter().zip(&t) {
-            assert!(f64::from(w.abs()) <= WEIGHT_MAX);
-            let r = x - f64::from(alpha) * f64::from(w);
-            assert!(r.abs() <= f64::from(alpha) / 2.0 * (1.0 + 1e-9), "{r}");
-            s += r;
+        for limit in [WEIGHT_MAX, INT8_WEIGHT_MAX, SQUARE_WEIGHT_MAX] {
+            let (alpha, sum, abs) = quantize(&v, limit, &mut t);
+            let mut s = 0f64;
+            for (&x, &w) in v.iter().zip(&t) {
+                assert!(f64::from(w.abs()) <= limit);
+                let r = x - f64::from(alpha) * f64::from(w);
+                assert!(r.abs() <= f64::from(alpha) / 2.0 * (1.0 + 1e-9), "{r}");
+                s += r;
+            }
+            assert!((s - sum).abs() < 1e-12);
+            assert!(abs >= sum.abs());
+            // The largest value reaches the limit: the whole range is used.
+            assert_eq!(t.iter().map(|w| w.abs()).max(), Some(limit as i32));
         }
-        assert!((s - sum).abs() < 1e-12);
-        assert!(abs >= sum.abs());
-        let (_, sum, abs) = quantize(&[1.0, f64::NAN], &mut t);
+        let (_, sum, abs) = quantize(&[1.0, f64::NAN], WEIGHT_MAX, &mut t);
         assert!(sum.is_nan() && abs.is_nan());
-        let (alpha, _, _) = quantize(&[0.0; 5], &mut t);
+        let (alpha, _, _) = quantize(&[0.0; 5], WEIGHT_MAX, &mut t);
         assert_eq!((alpha, &t[..]), (1.0, &[0; 5][..]));
     }
 }
