@@ -1155,7 +1155,7 @@ mod tests {
                             "{metric:?} {level:?} n={n}: batch {w}, decoded {want}, error {q_error}"
                         );
                     }
-                    // Without the integer kernels (a CPU without AVX-512 VNNI), a search's
+                    // Without the integer kernels (a CPU without AVX2), a search's
                     // batches are walk_many's and carry no error.
                     let mut plain = CodedQuery::default();
                     let mut walked_plain = [0.0f32; 3];

@@ -1,6 +1,6 @@
 //! A query quantized for the integer code kernels: what lets a walk by codes score a code with
-//! byte products (AVX-512 VNNI: 64 an instruction; AVX2's VPMADDUBSW: 32, int4 only) instead
-//! of widening every code value to f32.
+//! byte products (AVX-512 VNNI: 64 an instruction; AVX2's VPMADDUBSW: 32) instead of
+//! widening every code value to f32.
 //!
 //! A code c stands for v̂ⱼ = loⱼ + sⱼ·cⱼ (format/codes.rs). The walk distance to it splits into
 //! a part of the query alone and a sum over the code:

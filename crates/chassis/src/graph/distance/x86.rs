@@ -1,7 +1,8 @@
 //! The x86-64 kernels (AVX2 + FMA, AVX-512F): f32, high halves and int8 codes, one vector
-//! or eight side by side; and the integer code kernels (AVX-512BW and VNNI) for a query
-//! prepared by coded_query.rs. Each is installed by `Distance::with_level` only after runtime
-//! detection of its features; every `unsafe` block states why its loads stay in bounds.
+//! or eight side by side; and the integer code kernels (AVX-512BW and VNNI, or AVX2) for a
+//! query prepared by coded_query.rs. Each is installed by `Distance::with_level` only after
+//! runtime detection of its features; every `unsafe` block states why its loads stay in
+//! bounds.
 
 use super::coded_query::{CodedQuery, BLOCK};
 use super::BATCH_WIDTH;
