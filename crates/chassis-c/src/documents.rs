@@ -149,10 +149,8 @@ pub unsafe extern "C" fn chassis_search_filtered(
     guard(|| {
         // SAFETY: a live handle per the contract.
         let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
-        // SAFETY: NUL-terminated per the contract.
-        let f = Filter::parse(unsafe { text_arg(filter_json, "filter_json") }?)?;
-        // SAFETY: `dims` readable floats per the contract.
-        let q = unsafe { floats(query, dims) }?;
+        // SAFETY: `dims` readable floats and a NUL-terminated filter, per the contract.
+        let (q, f) = unsafe { filtered_query(query, dims, filter_json) }?;
         let hits = read(ix).search_filtered(q, k, ef, &f)?;
         write_hits(&hits, ids, distances, k, found)
     })
@@ -179,11 +177,27 @@ pub unsafe extern "C" fn chassis_reader_search_filtered(
     guard(|| {
         // SAFETY: a live handle per the contract.
         let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
-        // SAFETY: NUL-terminated per the contract.
-        let f = Filter::parse(unsafe { text_arg(filter_json, "filter_json") }?)?;
-        // SAFETY: `dims` readable floats per the contract.
-        let q = unsafe { floats(query, dims) }?;
+        // SAFETY: `dims` readable floats and a NUL-terminated filter, per the contract.
+        let (q, f) = unsafe { filtered_query(query, dims, filter_json) }?;
         let hits = r.inner.search_filtered(q, k, ef, &f)?;
         write_hits(&hits, ids, distances, k, found)
     })
+}
+
+/// A filtered search's query and its parsed filter (the filter first: a malformed one is
+/// reported before the query is read), shared by the index's and the reader's calls.
+///
+/// # Safety
+/// `query` is null or points to `dims` readable floats; `filter_json` is null or a
+/// NUL-terminated string.
+unsafe fn filtered_query<'a>(
+    query: *const f32,
+    dims: usize,
+    filter_json: *const c_char,
+) -> Result<(&'a [f32], Filter), Fail> {
+    // SAFETY: NUL-terminated or null per the caller's contract.
+    let f = Filter::parse(unsafe { text_arg(filter_json, "filter_json") }?)?;
+    // SAFETY: `dims` readable floats or null per the caller's contract.
+    let q = unsafe { floats(query, dims) }?;
+    Ok((q, f))
 }
