@@ -10,9 +10,10 @@ For each dataset:
 2. cold: a fresh process per system evicts the file from the page cache (posix_fadvise), opens
    it and runs one pass of the queries at ef = 64 (open time, first-pass QPS, peak RSS); five
    times per system, the systems taking turns, and the median of each figure is reported;
-3. search: one process opens every system's file; for each repetition (the first is a warm-up,
-   then `--reps` counted ones) and each ef of the sweep, the systems take turns in a rotating
-   order; each turn runs every query once as one single-threaded batch call (QPS) and once one
+3. search: every system's files are evicted again (so the search starts from the same page
+   cache whichever phases ran before it), then one process opens every system's file; for
+   each repetition (the first is a warm-up, then `--reps` counted ones) and each ef of the
+   sweep, the systems take turns in a rotating order; each turn runs every query once as one single-threaded batch call (QPS) and once one
    call per query (p50 and p99 latency). Medians over repetitions are reported;
 4. distance computations per query at each ef (FAISS and USearch report theirs; Chassis counts
    its own; hnswlib's are counted by count_hnswlib.cpp, compiled against hnswlib's headers).
@@ -156,6 +157,12 @@ def worker_cold(a):
 def worker_search(a):
     _, queries, gt, metric = data.load(a.dataset, a.limit, need_base=False)
     names = a.systems.split(",")
+    # Every run's search starts from the same page cache: each system's files evicted, as the
+    # cold phase leaves them, then read back by the warm-up. A file mapped from the cache its
+    # own build left (Chassis) otherwise runs at whatever page sizes the kernel gave the
+    # build's writes; read back from disk, it gets huge pages (docs/PERFORMANCE.md, "Page
+    # cache state").
+    evict([f for n in names for f in SYSTEMS[n].files(Path(a.paths[n]))])
     handles = {}
     for n in names:
         handles[n] = SYSTEMS[n].open(Path(a.paths[n]), metric, queries.shape[1])
