@@ -376,9 +376,11 @@ fn descend<S: GraphStore>(
 /// slots are routed through, never returned). Returns up to `ef` results, nearest first.
 ///
 /// Memory, not arithmetic, bounds this loop on large files: the next candidate's neighbor list
-/// is prefetched while the current one is expanded, each list's unvisited neighbors are
-/// filtered and their vectors prefetched before any of them is scored, and they are scored
-/// together ([`Distance::walk_batch`]: eight vectors' lines streaming side by side).
+/// is prefetched while the current one is expanded, and again whenever a neighbor just scored
+/// becomes the nearest candidate (it, not the one peeked, is expanded next); each list's
+/// unvisited neighbors are filtered and their vectors prefetched before any of them is
+/// scored, and they are scored together ([`Distance::walk_batch`]: eight vectors' lines
+/// streaming side by side).
 /// docs/PERFORMANCE.md measures each.
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
@@ -440,6 +442,10 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool>(
         {
             prefetch(next.as_ptr(), LIST_PREFETCH_LINES);
         }
+        let mut next_best = scratch
+            .candidates
+            .peek()
+            .map_or(f32::INFINITY, |n| n.0.distance);
         // Filter visited slots first and prefetch the survivors' vectors, then score them
         // (the loads overlap instead of each waiting on memory in turn). A list is taken in
         // chunks of BATCH words so the buffer lives on the stack.
@@ -460,6 +466,13 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool>(
                         distance: d,
                         slot: n,
                     };
+                    if d < next_best {
+                        // The new best candidate: expanded next unless a nearer one follows.
+                        next_best = d;
+                        if let Some(l) = neighbors(store, n, layer) {
+                            prefetch(l.as_ptr(), LIST_PREFETCH_LINES);
+                        }
+                    }
                     scratch.candidates.push(Reverse(s));
                     if accept(n) {
                         scratch.results.push(s);
