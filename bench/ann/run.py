@@ -13,8 +13,9 @@ For each dataset:
 3. search: every system's files are evicted again (so the search starts from the same page
    cache whichever phases ran before it), then one process opens every system's file; for
    each repetition (the first is a warm-up, then `--reps` counted ones) and each ef of the
-   sweep, the systems take turns in a rotating order; each turn runs every query once as one single-threaded batch call (QPS) and once one
-   call per query (p50 and p99 latency). Medians over repetitions are reported;
+   sweep, the systems take turns in a rotating order; each turn runs every query once as one
+   single-threaded batch call (QPS) and once one call per query (p50 and p99 latency).
+   Medians over repetitions are reported;
 4. distance computations per query at each ef (FAISS and USearch report theirs; Chassis counts
    its own; hnswlib's are counted by count_hnswlib.cpp, compiled against hnswlib's headers).
 
@@ -160,8 +161,8 @@ def worker_search(a):
     # Every run's search starts from the same page cache: each system's files evicted, as the
     # cold phase leaves them, then read back by the warm-up. A file mapped from the cache its
     # own build left (Chassis) otherwise runs at whatever page sizes the kernel gave the
-    # build's writes; read back from disk, it gets huge pages (docs/PERFORMANCE.md, "Page
-    # cache state").
+    # build's writes; read back from disk, it gets huge pages (docs/PERFORMANCE.md,
+    # "Page-cache state").
     evict([f for n in names for f in SYSTEMS[n].files(Path(a.paths[n]))])
     handles = {}
     for n in names:
