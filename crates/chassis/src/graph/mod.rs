@@ -435,17 +435,12 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool>(
             continue;
         };
         // The next candidate's list is likely needed next: start loading it now.
-        if let Some(next) = scratch
-            .candidates
-            .peek()
-            .and_then(|n| neighbors(store, n.0.slot, layer))
-        {
-            prefetch(next.as_ptr(), LIST_PREFETCH_LINES);
+        let next = scratch.candidates.peek().map(|n| n.0);
+        if let Some(list) = next.and_then(|n| neighbors(store, n.slot, layer)) {
+            prefetch(list.as_ptr(), LIST_PREFETCH_LINES);
         }
-        let mut next_best = scratch
-            .candidates
-            .peek()
-            .map_or(f32::INFINITY, |n| n.0.distance);
+        // The distance a scored neighbor must beat to be expanded before that candidate.
+        let mut next_best = next.map_or(f32::INFINITY, |n| n.distance);
         // Filter visited slots first and prefetch the survivors' vectors, then score them
         // (the loads overlap instead of each waiting on memory in turn). A list is taken in
         // chunks of BATCH words so the buffer lives on the stack.
