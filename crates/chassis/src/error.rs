@@ -66,6 +66,17 @@ pub enum Error {
         /// The id.
         id: u64,
     },
+    /// Automatic ids would pass 2^64 − 1: `count` more from `next` don't fit (ids the
+    /// caller chooses still work).
+    #[error(
+        "automatic ids are used up: {count} more starting at {next} would pass 2^64 - 1; give ids explicitly"
+    )]
+    IdsExhausted {
+        /// The id the next automatic add would get.
+        next: u64,
+        /// How many were asked for.
+        count: u64,
+    },
     /// The id is not in the index (never added, or deleted).
     #[error("id {id} is not in the index")]
     NotFound {

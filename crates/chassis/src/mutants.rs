@@ -40,12 +40,20 @@ pub enum Mutant {
     /// A writer that opened a cleanly closed file changes lists without first making the
     /// replacement of the clean-close marker durable.
     ListsChangedUnderCleanMarker,
+    /// Every commit gives the file a new identity instead of keeping the one it has.
+    IdentityNotKept,
+    /// Flushes commit the user version the file already had instead of the one set since.
+    UserVersionNotCommitted,
+    /// Incremental sync takes a destination whose identity differs from the source's as an
+    /// earlier state of it (caught by the backup tests, not by the power-loss simulator:
+    /// it is not in [`Mutant::ALL`]).
+    SyncIgnoresIdentity,
 }
 
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 impl Mutant {
     /// Every mutant, in the order the simulator reports them.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::NoSyncBeforeCommitHeader,
         Mutant::NoIntentHeader,
         Mutant::NoSyncBetweenIntentAndMarks,
@@ -58,6 +66,8 @@ impl Mutant {
         Mutant::RetryFailedSync,
         Mutant::MetadataHeapNotCommitted,
         Mutant::ListsChangedUnderCleanMarker,
+        Mutant::IdentityNotKept,
+        Mutant::UserVersionNotCommitted,
     ];
 }
 

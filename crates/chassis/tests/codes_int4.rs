@@ -227,7 +227,7 @@ fn a_later_code_kind_is_read_by_vectors_and_refused_for_writing() {
     };
     let (mut h, _) = current_header(&bytes);
     h.codes = 99;
-    h.write_version = INT4_WRITE_VERSION + 1;
+    h.write_version = chassis::format::WRITE_VERSION + 1;
     let enc = h.encode();
     bytes[at..at + enc.len()].copy_from_slice(&enc);
     std::fs::write(&path, &bytes).unwrap();

@@ -707,12 +707,16 @@ fn unknown_flag_bits_are_read_and_never_written() {
 
 #[test]
 fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
-    // The header's reserved bytes, and the backup stamp before them (ignored when read, and
-    // written as zero by every commit, as reserved bytes are).
+    // The header's reserved bytes, and the backup stamp, codes fields and user version
+    // before them (ignored when read in a file of this write version, and written as zero by
+    // every commit, as reserved bytes are). The file identity (bytes 192..208, reserved
+    // before it) is read from every file and kept.
     let g = golden("f4-custom-ids");
     let dir = tempfile::tempdir().unwrap();
     let path = g.copy_to(dir.path());
-    poke_headers(&path, header::at::BACKUP_STAMP, &[0x5A; 52]);
+    poke_headers(&path, header::at::BACKUP_STAMP, &[0x5A; 20]);
+    poke_headers(&path, header::at::FILE_ID, &[0x5B; 16]);
+    poke_headers(&path, header::at::USER_VERSION, &[0x5A; 16]);
     let reader = IndexReader::open(&path).unwrap();
     shows_what_it_must(&g, &reader, "reserved header bytes, reader");
     let ix = Index::open(&path).unwrap();
@@ -725,10 +729,17 @@ fn reserved_fields_are_ignored_when_read_and_written_as_zero() {
     let copy = ix.store().header_copy();
     drop(ix);
     let bytes = fs::read(&path).unwrap();
-    let base = copy * 65_536 + header::at::BACKUP_STAMP;
+    let base = copy * 65_536;
+    let zero = |from: usize, to: usize| bytes[base + from..base + to].iter().all(|&b| b == 0);
     assert!(
-        bytes[base..base + 52].iter().all(|&b| b == 0),
+        zero(header::at::BACKUP_STAMP, header::at::FILE_ID)
+            && zero(header::at::USER_VERSION, header::at::SEQUENCE),
         "the header a writer writes has zero reserved bytes"
+    );
+    assert_eq!(
+        &bytes[base + header::at::FILE_ID..base + header::at::FILE_ID + 16],
+        &[0x5B; 16],
+        "the identity is kept"
     );
 
     // Reserved words in the live page, upper-heap entries and heap chunk heads: readers and

@@ -189,7 +189,7 @@ fn custom_ids_survive_reopen_and_reject_duplicates() {
     assert_eq!(hit[0].id, 1_000_070);
     ix.add_with_id(u64::MAX, &data[1]).unwrap();
     assert!(
-        matches!(ix.add(&data[1]), Err(Error::DuplicateId { .. })),
+        matches!(ix.add(&data[1]), Err(Error::IdsExhausted { .. })),
         "no id above u64::MAX"
     );
 }

@@ -31,7 +31,12 @@
 //! crash points whose images must show the committed state; so must the old file just before
 //! the rename and the new file just after it.
 //!
-//! **Mutants.** Each of the twelve protocol breaks in `chassis::mutants` is switched on in turn
+//! **The header's own data.** Every state includes the user version its flush committed (the
+//! workload sets a new one before each flush) and the file's identity (made at create, never
+//! changed by a commit; a compaction's new file has its own): an image that shows the rows of
+//! one flush with another flush's version, or another identity, is a violation.
+//!
+//! **Mutants.** Each of the fourteen protocol breaks in `Mutant::ALL` is switched on in turn
 //! and must make the simulator report a violation.
 //!
 //! `CHASSIS_POWER_LOSS_IMAGES` (default 3) sets the images drawn per crash point, and
@@ -50,8 +55,37 @@ use common::{clustered, Moment, Rng};
 
 const CAP: usize = 64 << 20;
 
-/// Live ids with their vectors and metadata.
-type State = BTreeMap<u64, (Vec<f32>, Metadata)>;
+/// Live ids with their vectors and metadata, and what the header carries with them: the user
+/// version the flush committed and the file's identity (which no commit may change).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct State {
+    rows: BTreeMap<u64, (Vec<f32>, Metadata)>,
+    user_version: u64,
+    file_id: Option<String>,
+}
+
+impl State {
+    /// An empty state of the file whose identity is `file_id`.
+    fn of_file(file_id: Option<String>) -> State {
+        State {
+            file_id,
+            ..State::default()
+        }
+    }
+}
+
+impl std::ops::Deref for State {
+    type Target = BTreeMap<u64, (Vec<f32>, Metadata)>;
+    fn deref(&self) -> &Self::Target {
+        &self.rows
+    }
+}
+
+impl std::ops::DerefMut for State {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.rows
+    }
+}
 
 /// The metadata the workloads store with the vector of row `n`: enough text that the
 /// metadata heap crosses its chunks.
@@ -71,10 +105,16 @@ fn opts() -> Options {
 }
 
 fn state_of(ix: &Index) -> Result<State, Error> {
-    ix.ids()?
-        .into_iter()
-        .map(|id| Ok((id, (ix.get(id)?, ix.get_metadata(id)?))))
-        .collect()
+    let info = ix.info()?;
+    Ok(State {
+        rows: ix
+            .ids()?
+            .into_iter()
+            .map(|id| Ok((id, (ix.get(id)?, ix.get_metadata(id)?))))
+            .collect::<Result<_, Error>>()?,
+        user_version: info.user_version,
+        file_id: info.file_id,
+    })
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -131,7 +171,7 @@ fn guarded(tally: &mut Tally, what: &str, f: impl FnOnce(&mut Tally)) {
 
 /// Every stored vector is its own nearest neighbor, and every hit is live.
 fn check_searches(ix: &Index, state: &State, tally: &mut Tally, what: &str) {
-    for (id, (v, _)) in state {
+    for (id, (v, _)) in state.iter() {
         match ix.search(v, 1, 64) {
             Ok(h) if h.len() == 1 && h[0].distance == 0.0 && state.contains_key(&h[0].id) => {}
             other => {
@@ -182,10 +222,15 @@ fn check_image(
     // (b) also through the lock-free reader of another process.
     let state = IndexReader::open_in(Arc::new(ro.reopen(false))).and_then(|r| {
         let snap = r.snapshot()?;
-        r.ids_in(&snap)?
-            .into_iter()
-            .map(|id| Ok((id, (r.get(id)?, r.get_metadata(id)?))))
-            .collect::<Result<State, Error>>()
+        Ok(State {
+            rows: r
+                .ids_in(&snap)?
+                .into_iter()
+                .map(|id| Ok((id, (r.get(id)?, r.get_metadata(id)?))))
+                .collect::<Result<_, Error>>()?,
+            user_version: snap.user_version(),
+            file_id: snap.file_id(),
+        })
     });
     match state {
         Ok(s) if which(&s).is_some() => {}
@@ -255,6 +300,13 @@ fn check_image(
         }
         want.remove(&victim);
     }
+    let version = recovered.user_version + 1000;
+    if let Err(e) = ix.set_user_version(version) {
+        return tally.violation(format!(
+            "setting the user version after recovery failed: {e}"
+        ));
+    }
+    want.user_version = version;
     if let Err(e) = ix.flush() {
         return tally.violation(format!("flush after recovery failed: {e}"));
     }
@@ -292,11 +344,12 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
     let mem = MemStorage::new(CAP).expect("capacity");
     let mut ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
     let created = mem.durable_image();
+    let file_id = ix.info().ok().and_then(|i| i.file_id);
     mem.record_durable_history(true);
     let data = clustered(400, 4, 6, 31 + seed);
     let extra: Vec<Vec<f32>> = data[396..].to_vec();
     let mut rng = Rng::new(77 + seed);
-    let mut states: Vec<State> = vec![State::new()];
+    let mut states: Vec<State> = vec![State::of_file(file_id.clone())];
     let mut syncs_per_flush: Vec<(usize, usize)> = Vec::new();
     let mut next = 0;
     for flush in 0..15 {
@@ -355,11 +408,21 @@ fn simulate(seed: u64, images_per_point: usize, tally: &mut Tally) {
                 return tally.violation(format!("workload delete failed: {e}"));
             }
         }
+        // Every flush commits the application's version with its data (flush f: f + 1).
+        if let Err(e) = ix.set_user_version(flush as u64 + 1) {
+            return tally.violation(format!("workload set_user_version failed: {e}"));
+        }
         if let Err(e) = ix.flush() {
             return tally.violation(format!("workload flush failed: {e}"));
         }
         match state_of(&ix) {
-            Ok(s) => states.push(s),
+            // What the images must show is what the workload asked for, not what the
+            // writer reports of itself: the version set and the identity made at create.
+            Ok(s) => states.push(State {
+                user_version: flush as u64 + 1,
+                file_id: file_id.clone(),
+                ..s
+            }),
             Err(e) => return tally.violation(format!("workload state unreadable: {e}")),
         }
         syncs_per_flush.push((before, mem.durable_history().len()));
@@ -427,7 +490,15 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
         Ok(r) => r,
         Err(e) => return tally.violation(format!("compact_into failed: {e}")),
     };
-    if report.live != want.len() as u64 || state_of(&nix).ok().as_ref() != Some(&want) {
+    // The compacted file is a new lineage: the same rows and user version, its own identity.
+    let want_new = State {
+        file_id: nix.info().ok().and_then(|i| i.file_id),
+        ..want.clone()
+    };
+    if want_new.file_id.is_none() || want_new.file_id == want.file_id {
+        tally.violation("the compacted file kept the old identity (or has none)".into());
+    }
+    if report.live != want.len() as u64 || state_of(&nix).ok().as_ref() != Some(&want_new) {
         tally.violation("the compacted index differs from the old one".into());
     }
     drop(nix);
@@ -440,9 +511,12 @@ fn simulate_compaction(seed: u64, images_per_point: usize, tally: &mut Tally) {
         prev = step;
     }
     // Between the superseded commit and the rename, and after the rename.
-    for img in [old.durable_image(), new.durable_image()] {
+    for (img, want) in [
+        (old.durable_image(), &want),
+        (new.durable_image(), &want_new),
+    ] {
         tally.points += 1;
-        check_image(&img, &[&want], tally, &mut rng, 0, &extra);
+        check_image(&img, &[want], tally, &mut rng, 0, &extra);
     }
 }
 
@@ -455,14 +529,15 @@ fn is_io(e: &Error) -> bool {
 fn fault_run(fault: Option<(u64, FaultKind, bool)>, tally: &mut Tally) -> u64 {
     let mem = MemStorage::new(CAP).expect("capacity");
     let ix = Index::create_in(Arc::new(mem.reopen(true)), opts()).expect("create");
+    let file_id = ix.info().ok().and_then(|i| i.file_id);
     let ops0 = mem.op_count();
     if let Some((n, kind, forever)) = fault {
         mem.inject_fault(n, kind, forever);
     }
     let label = format!("{fault:?}");
     let data = clustered(120, 4, 4, 5);
-    let mut model = State::new();
-    let mut acked = State::new();
+    let mut model = State::of_file(file_id.clone());
+    let mut acked = State::of_file(file_id);
     let mut attempted: Option<State> = None;
     let mut next = 0;
     for flush in 0..6 {
@@ -477,6 +552,10 @@ fn fault_run(fault: Option<(u64, FaultKind, bool)>, tally: &mut Tally) -> u64 {
                 Err(e) => tally.violation(format!("{label}: add failed untyped: {e}")),
             }
             next += 1;
+        }
+        match ix.set_user_version(flush as u64 + 1) {
+            Ok(()) => model.user_version = flush as u64 + 1,
+            Err(e) => tally.violation(format!("{label}: set_user_version failed: {e}")),
         }
         let mut deletes: Vec<u64> = added.first().copied().into_iter().collect();
         if let Some((&old, _)) = acked.iter().nth(flush) {

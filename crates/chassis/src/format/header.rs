@@ -56,7 +56,9 @@ pub mod at {
     pub const BACKUP_STAMP: usize = 172;
     pub const CODES: usize = 180;
     pub const CODEBOOK: usize = 184;
-    pub const RESERVED: usize = 192;
+    pub const FILE_ID: usize = 192;
+    pub const USER_VERSION: usize = 208;
+    pub const RESERVED: usize = 216;
     pub const SEQUENCE: usize = 224;
     pub const CHECKSUM: usize = 232;
     pub const TABLE_PAGE_OFFSETS: usize = 240;
@@ -102,7 +104,9 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("backup_stamp", at::BACKUP_STAMP, 8),
     ("codes", at::CODES, 4),
     ("codebook", at::CODEBOOK, 8),
-    ("reserved", at::RESERVED, 32),
+    ("file_id", at::FILE_ID, 16),
+    ("user_version", at::USER_VERSION, 8),
+    ("reserved", at::RESERVED, 8),
     ("sequence", at::SEQUENCE, 8),
     ("checksum", at::CHECKSUM, 8),
 ];
@@ -189,6 +193,15 @@ pub struct Header {
     pub codes: u32,
     /// File offset of the codebook region, 0 while the codebook is untrained (same rule).
     pub codebook: u64,
+    /// The file's identity: 16 random bytes made when the file was created (or migrated,
+    /// or compacted into a new lineage) and kept by every commit; all zero in a file no
+    /// release with identities has committed to ([`Header::has_identity`]). A backup's copy
+    /// carries its source's. Incremental sync needs both sides to have the same one.
+    pub file_id: [u8; 16],
+    /// The application's own version number, committed with the data by a flush
+    /// (`Index::set_user_version`); read only from files of write version
+    /// [`super::USER_VERSION_WRITE_VERSION`] or above, 0 in older ones.
+    pub user_version: u64,
     /// Sequence number: the valid copy with the higher one is current.
     pub sequence: u64,
     /// File offsets of the table pages, in the order they were appended.
@@ -220,6 +233,12 @@ impl Header {
     /// Bytes the checksum covers when this header is encoded.
     pub fn encoded_len(&self) -> usize {
         FIXED_BYTES + 8 * self.table_pages.len()
+    }
+
+    /// Whether the file has an identity (one written before identities has none: it is
+    /// never synced incrementally, and its writer gives it one at its next commit).
+    pub fn has_identity(&self) -> bool {
+        self.file_id != [0u8; 16]
     }
 
     /// Whether ids were assigned by the caller.
@@ -273,6 +292,8 @@ impl Header {
         put_u32(&mut b, at::VECTOR_LAYOUT, self.vector_layout);
         put_u32(&mut b, at::CODES, self.codes);
         put_u64(&mut b, at::CODEBOOK, self.codebook);
+        b[at::FILE_ID..at::FILE_ID + 16].copy_from_slice(&self.file_id);
+        put_u64(&mut b, at::USER_VERSION, self.user_version);
         put_u64(&mut b, at::SEQUENCE, self.sequence);
         for (i, off) in self.table_pages.iter().enumerate() {
             put_u64(&mut b, at::TABLE_PAGE_OFFSETS + 8 * i, *off);
@@ -324,6 +345,16 @@ impl Header {
         // Bytes 180..192 were reserved before write version 6: zero by every writer, to be
         // ignored by every reader.
         let coded = write_version >= super::CODES_WRITE_VERSION;
+        // Bytes 192..208 (the identity) were reserved before it, written as zero by every
+        // writer: a file from then reads as having none. Bytes 208..216 (the user version)
+        // are read only from the write version that gave them that meaning.
+        let mut file_id = [0u8; 16];
+        file_id.copy_from_slice(&b[at::FILE_ID..at::FILE_ID + 16]);
+        let user_version = if write_version >= super::USER_VERSION_WRITE_VERSION {
+            u64_at(b, at::USER_VERSION)
+        } else {
+            0
+        };
         let h = Header {
             read_version,
             write_version,
@@ -357,6 +388,8 @@ impl Header {
             vector_layout: u32_at(b, at::VECTOR_LAYOUT),
             codes: if coded { u32_at(b, at::CODES) } else { 0 },
             codebook: if coded { u64_at(b, at::CODEBOOK) } else { 0 },
+            file_id,
+            user_version,
             sequence: u64_at(b, at::SEQUENCE),
             table_pages,
         };
@@ -426,6 +459,17 @@ impl Header {
                     self.codes, self.write_version
                 ),
                 at::CODES,
+            );
+        }
+        // A user version needs the write version that keeps it: a release before it would
+        // write the file back with 0 there, silently forgetting the application's version.
+        if self.user_version != 0 && self.write_version < super::USER_VERSION_WRITE_VERSION {
+            return bad(
+                format!(
+                    "a user version in a file of write version {}",
+                    self.write_version
+                ),
+                at::USER_VERSION,
             );
         }
         if self.codebook != 0
@@ -630,6 +674,8 @@ pub(crate) mod tests {
             vector_layout: super::super::vector::LAYOUT_SPLIT_HALVES,
             codes: 0,
             codebook: 0,
+            file_id: [7; 16],
+            user_version: 0,
             sequence: 9,
             table_pages: vec![196_608, 327_680],
         }

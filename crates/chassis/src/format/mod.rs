@@ -31,7 +31,7 @@ pub const READ_VERSION: u32 = 4;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.
-pub const WRITE_VERSION: u32 = 7;
+pub const WRITE_VERSION: u32 = 8;
 /// The write version of a file that holds metadata: releases before it read such a file
 /// correctly (they ignore the metadata heap and the slots' metadata references) and must not
 /// write it, since their writes would not keep its metadata.
@@ -41,6 +41,11 @@ pub const METADATA_WRITE_VERSION: u32 = 5;
 /// look) and must not write it, since their adds would leave new slots without codes. Int4
 /// codes need [`codes::INT4_WRITE_VERSION`] (7) for the same reason against releases of 6.
 pub const CODES_WRITE_VERSION: u32 = 6;
+/// The write version of a file whose header holds a non-zero user version
+/// (`Index::set_user_version`): releases before it read such a file correctly (the field was
+/// reserved bytes they ignore) and must not write it, since their commits would write 0 there
+/// and the application would lose the version it pairs the file's state with.
+pub const USER_VERSION_WRITE_VERSION: u32 = 8;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple
 /// of every supported page size (decision 1).

@@ -25,12 +25,30 @@ pub(super) const PARALLEL_CHUNK: usize = 16_384;
 impl Writer {
     pub(super) fn add(&mut self, vector: &[f32]) -> Result<u64> {
         self.writable()?;
-        let id = self.next_id;
-        if self.flags & FLAG_CUSTOM_IDS != 0 && self.lookup(id)?.is_some() {
-            return Err(Error::DuplicateId { id });
-        }
+        let id = self.automatic_ids(1)?[0];
         self.insert(id, vector)?;
         Ok(id)
+    }
+
+    /// The next `n` automatic ids: one above every id stored, in order.
+    /// [`Error::IdsExhausted`] when they would pass 2^64 − 1. The counter stops at 2^64 − 1
+    /// once a caller stored that id, so a live id there means the same. Below it no id can be
+    /// live (the counter is one above every id stored), so no other id needs a look-up.
+    pub(super) fn automatic_ids(&self, n: usize) -> Result<Vec<u64>> {
+        let start = self.next_id;
+        let exhausted = || Error::IdsExhausted {
+            next: start,
+            count: n as u64,
+        };
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let last = start.checked_add(n as u64 - 1).ok_or_else(exhausted)?;
+        if last == u64::MAX && self.flags & FLAG_CUSTOM_IDS != 0 && self.lookup(u64::MAX)?.is_some()
+        {
+            return Err(exhausted());
+        }
+        Ok((start..=last).collect())
     }
 
     pub(super) fn add_with_id(&mut self, id: u64, vector: &[f32]) -> Result<()> {
@@ -61,15 +79,7 @@ impl Writer {
     pub(super) fn add_batch(&mut self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
         self.writable()?;
         let (rows, n) = self.prepare_rows(vectors)?;
-        let start = self.next_id;
-        let ids: Vec<u64> = (0..n as u64).map(|i| start.saturating_add(i)).collect();
-        if self.flags & FLAG_CUSTOM_IDS != 0 {
-            for &id in &ids {
-                if self.lookup(id)?.is_some() {
-                    return Err(Error::DuplicateId { id });
-                }
-            }
-        }
+        let ids = self.automatic_ids(n)?;
         self.insert_batch(&ids, rows, &[], threads)?;
         Ok(ids)
     }
@@ -145,15 +155,7 @@ impl Writer {
             })
             .collect::<Result<Vec<_>>>()?;
         let Some(ids) = ids else {
-            let start = self.next_id;
-            let ids: Vec<u64> = (0..n as u64).map(|i| start.saturating_add(i)).collect();
-            if self.flags & FLAG_CUSTOM_IDS != 0 {
-                for &id in &ids {
-                    if self.lookup(id)?.is_some() {
-                        return Err(Error::DuplicateId { id });
-                    }
-                }
-            }
+            let ids = self.automatic_ids(n)?;
             self.insert_batch(&ids, rows, &docs, threads)?;
             return Ok(ids);
         };
@@ -264,6 +266,8 @@ impl Writer {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             t => t,
         };
+        // Slots a rollback discarded are rewritten only once no search can read them.
+        self.fence_discarded()?;
         let first = self.count;
         // Before the first list changes: a crash from here on must show the next writer.
         self.store.begin_changes(u64::from(first))?;
@@ -527,19 +531,19 @@ impl Index {
     /// Adds a vector; the index assigns its id (one above every id stored so far, so ids are
     /// 0, 1, 2, … in an index that never used [`Index::add_with_id`]).
     pub fn add(&self, vector: &[f32]) -> Result<u64> {
-        self.write(|w| w.add(vector))
+        self.write_atomic(|w| w.add(vector))
     }
 
     /// Adds a vector under a caller-chosen id; [`Error::DuplicateId`] if `id` is live.
     pub fn add_with_id(&self, id: u64, vector: &[f32]) -> Result<()> {
-        self.write(|w| w.add_with_id(id, vector))
+        self.write_atomic(|w| w.add_with_id(id, vector))
     }
 
     /// Adds many vectors at once (`vectors` holds them row after row, `dims()` floats each) and
     /// returns the ids the index assigned, as [`Index::add`] would, in row order. See
     /// [`Index::add_batch_with_ids`] for threads and failures.
     pub fn add_batch(&self, vectors: &[f32], threads: usize) -> Result<Vec<u64>> {
-        self.write(|w| w.add_batch(vectors, threads))
+        self.write_atomic(|w| w.add_batch(vectors, threads))
     }
 
     /// Adds many vectors under caller-chosen ids (`vectors` holds them row after row, `dims()`
@@ -554,7 +558,7 @@ impl Index {
     /// 1 gives exactly the graph a loop of single adds builds, more gives an equally good one
     /// that depends on thread timing. Readers keep searching the committed state throughout.
     pub fn add_batch_with_ids(&self, ids: &[u64], vectors: &[f32], threads: usize) -> Result<()> {
-        self.write(|w| w.add_batch_with_ids(ids, vectors, threads))
+        self.write_atomic(|w| w.add_batch_with_ids(ids, vectors, threads))
     }
 
     /// Adds a vector with its metadata; the index assigns its id, as [`Index::add`] does.
@@ -562,7 +566,7 @@ impl Index {
     /// `$`, finite floats, lists of scalars, at most 64 KiB encoded) and is stored with the
     /// vector, durable at the same flush.
     pub fn add_with_metadata(&self, vector: &[f32], metadata: &Metadata) -> Result<u64> {
-        self.write(|w| w.add_with_metadata(vector, metadata))
+        self.write_atomic(|w| w.add_with_metadata(vector, metadata))
     }
 
     /// Adds a vector with its metadata under a caller-chosen id ([`Error::DuplicateId`] if it
@@ -573,7 +577,7 @@ impl Index {
         vector: &[f32],
         metadata: &Metadata,
     ) -> Result<()> {
-        self.write(|w| w.add_with_id_and_metadata(id, vector, metadata))
+        self.write_atomic(|w| w.add_with_id_and_metadata(id, vector, metadata))
     }
 
     /// Adds many vectors with their metadata (one document per row; an empty one for none),
@@ -586,7 +590,7 @@ impl Index {
         metadata: &[Metadata],
         threads: usize,
     ) -> Result<Vec<u64>> {
-        self.write(|w| w.add_batch_with_metadata(ids, vectors, metadata, threads))
+        self.write_atomic(|w| w.add_batch_with_metadata(ids, vectors, metadata, threads))
     }
 
     /// Replaces the metadata of `id`, keeping its vector bit for bit. Pending until the next
@@ -595,14 +599,14 @@ impl Index {
     /// add costs, and the old slot's space comes back at the next compaction).
     /// [`Error::NotFound`] if `id` is not live.
     pub fn set_metadata(&self, id: u64, metadata: &Metadata) -> Result<()> {
-        self.write(|w| w.set_metadata(id, metadata))
+        self.write_atomic(|w| w.set_metadata(id, metadata))
     }
 
     /// Stores `vector` and `metadata` under `id`: an add when `id` is not live, otherwise a
     /// replacement of both (the old vector is deleted at the same flush). Checked like an
     /// add.
     pub fn upsert(&self, id: u64, vector: &[f32], metadata: &Metadata) -> Result<()> {
-        self.write(|w| w.upsert(id, vector, metadata))
+        self.write_atomic(|w| w.upsert(id, vector, metadata))
     }
 
     /// [`Index::set_metadata`] for several ids as one write: every id is checked live first
@@ -615,7 +619,7 @@ impl Index {
                 ids.len()
             )));
         }
-        self.write(|w| {
+        self.write_atomic(|w| {
             for &id in ids {
                 w.lookup(id)?.ok_or(Error::NotFound { id })?;
             }
@@ -630,9 +634,8 @@ impl Index {
     /// live are added as one batch (checked whole, linked on every core, as
     /// [`Index::add_batch_with_metadata`]: searches see its rows as they are linked), then the
     /// live ones replaced row by row (each replacement's new slot and old delete appear
-    /// together, all of them in the write's publication). A replacement that fails stops
-    /// there, with the batch and the replacements before it stored (pending until the next
-    /// flush).
+    /// together, all of them in the write's publication). All or nothing: a row that fails
+    /// (a bad vector, an I/O error) leaves the index as it was before the call.
     pub fn upsert_many(&self, ids: &[u64], vectors: &[f32], metadata: &[Metadata]) -> Result<()> {
         let dims = self.dims();
         if ids.len() != metadata.len() || vectors.len() != ids.len() * dims {
@@ -643,7 +646,7 @@ impl Index {
                 vectors.len()
             )));
         }
-        self.write(|w| {
+        self.write_atomic(|w| {
             let mut seen: HashSet<u64, IdHashBuilder> =
                 HashSet::with_capacity_and_hasher(ids.len(), IdHashBuilder::default());
             if !ids.iter().all(|&id| seen.insert(id)) {

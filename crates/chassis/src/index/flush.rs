@@ -77,6 +77,12 @@ impl Writer {
             deleted_count: old.deleted_count + self.pending_deletes.len() as u64,
             next_id: self.next_id,
             codebook: self.store.codebook_offset(),
+            user_version: if crate::mutants::active(crate::mutants::Mutant::UserVersionNotCommitted)
+            {
+                old.user_version
+            } else {
+                self.user_version
+            },
             ..old
         };
         self.store.commit(next, &deletes)?;

@@ -30,6 +30,7 @@ mod open;
 mod options;
 mod published;
 mod replace;
+mod rollback;
 mod search;
 mod walk;
 
@@ -48,8 +49,8 @@ use crate::storage::{Regions, Store};
 pub use check::CheckReport;
 pub use open::OpenReport;
 pub use options::{
-    Info, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M, DEFAULT_MAX_LAYERS,
-    DEFAULT_SEED,
+    file_id_hex, Info, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
+    DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };
 pub use replace::{compacting_path, migrating_path, CompactOptions, CompactReport};
 
@@ -91,6 +92,11 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     /// Deletes as searches read them (marked at delete, before the publication).
     deleted: DeleteMarks,
+    /// The user version the next flush commits ([`Index::set_user_version`]).
+    user_version: u64,
+    /// What searches of states a rollback discarded still hold: no discarded slot is
+    /// rewritten until each is gone ([`rollback`]).
+    discarded: Vec<std::sync::Weak<published::Shared>>,
     /// Publications made so far (the last one's number).
     generation: std::sync::atomic::AtomicU64,
     /// Where this writer publishes (the handle's, kept across a compaction).

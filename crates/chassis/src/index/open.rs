@@ -211,6 +211,8 @@ impl Writer {
             },
             pending_deletes: HashSet::new(),
             dirty: false,
+            user_version: h.user_version,
+            discarded: Vec::new(),
             shared: Arc::clone(&shared),
             deleted: DeleteMarks::default(),
             generation: AtomicU64::new(0),

@@ -212,4 +212,17 @@ pub struct Info {
     pub metadata_chunks: u64,
     /// Metadata fields this handle has indexed (those its filters named).
     pub indexed_fields: Vec<String>,
+    /// The file's identity as 32 lowercase hex digits, or `None` for a file no release with
+    /// identities has committed to yet (docs/FORMAT.md, "File identity").
+    pub file_id: Option<String>,
+    /// The user version the last flush committed ([`crate::Index::set_user_version`]).
+    pub user_version: u64,
+}
+
+/// A file identity as 32 lowercase hex digits, `None` when it is all zero (no identity).
+pub fn file_id_hex(id: &[u8; 16]) -> Option<String> {
+    if *id == [0u8; 16] {
+        return None;
+    }
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -71,6 +71,24 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A fresh Shared for the state a rollback goes back to, routing through `routed` slots:
+    /// the same file and parameters, no id table or field indexes yet (each is built from
+    /// the new state when first needed), the walk decision carried over.
+    pub(super) fn successor(&self, routed: u32) -> Shared {
+        Shared {
+            dist: self.dist,
+            params: self.params,
+            read_only: self.read_only,
+            storage: Arc::clone(&self.storage),
+            ids: Mutex::new(None),
+            scratch: Mutex::new(Vec::new()),
+            filters: RwLock::new(FilterIndex::new()),
+            search_distances: AtomicU64::new(self.search_distances.load(Ordering::Relaxed)),
+            walk: self.walk.carry(),
+            routed: AtomicU32::new(routed),
+        }
+    }
+
     pub(super) fn take_scratch(&self) -> Scratch {
         lock(&self.scratch).pop().unwrap_or_default()
     }
@@ -142,6 +160,8 @@ pub(crate) struct Published {
     pub(super) metadata_bytes: u64,
     pub(super) path: Option<PathBuf>,
     pub(super) report: OpenReport,
+    /// The user version the writer's next flush commits (the committed one until set).
+    pub(super) user_version: u64,
 }
 
 impl Writer {
@@ -155,6 +175,7 @@ impl Writer {
             flags: self.flags,
             deleted: self.deleted.clone(),
             report: self.report.clone(),
+            user_version: self.user_version,
             ..Published::initial(
                 &self.shared,
                 &self.store,
@@ -193,6 +214,7 @@ impl Published {
             metadata_bytes: store.metadata_bytes(),
             path: path.clone(),
             report: OpenReport::default(),
+            user_version: store.header().user_version,
         }
     }
 
@@ -289,6 +311,8 @@ impl Published {
             metadata_bytes: self.metadata_bytes,
             metadata_chunks: self.regions.metadata_chunk_count(),
             indexed_fields: self.indexed_fields(),
+            file_id: super::options::file_id_hex(&h.file_id),
+            user_version: h.user_version,
         })
     }
 }

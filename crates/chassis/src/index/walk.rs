@@ -38,6 +38,17 @@ pub(super) struct WalkCheck {
 impl WalkCheck {
     pub(super) const SAMPLES: u64 = 64;
 
+    /// A copy of this check's state (for a rollback's fresh `Shared`).
+    pub(super) fn carry(&self) -> WalkCheck {
+        let r = std::sync::atomic::Ordering::Relaxed;
+        WalkCheck {
+            forced: AtomicBool::new(self.forced.load(r)),
+            settled: AtomicBool::new(self.settled.load(r)),
+            samples: AtomicU64::new(self.samples.load(r)),
+            misses: AtomicU64::new(self.misses.load(r)),
+        }
+    }
+
     pub(super) fn new(flags: u32, committed: u64, metric: Metric) -> WalkCheck {
         WalkCheck {
             // Inner product on vectors of any length: a dot product's error grows with the

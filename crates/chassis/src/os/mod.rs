@@ -78,6 +78,20 @@ pub fn path_identity(path: &std::path::Path) -> Result<Option<FileIdentity>> {
     file::path_identity(path)
 }
 
+/// A new file identity (docs/FORMAT.md, "File identity"): 16 bytes from the operating
+/// system's random source, never all zero (all zero means "no identity").
+pub fn new_file_id() -> Result<[u8; 16]> {
+    let mut id = [0u8; 16];
+    while id == [0u8; 16] {
+        getrandom::fill(&mut id).map_err(|e| {
+            crate::Error::Io(std::io::Error::other(format!(
+                "the operating system's random source failed: {e}"
+            )))
+        })?;
+    }
+    Ok(id)
+}
+
 /// Bytes available to this process on the file system holding `dir`.
 pub fn free_space(dir: &std::path::Path) -> Result<u64> {
     file::free_space(dir)

@@ -658,6 +658,13 @@ impl IndexReader {
         crate::storage::sync_state(&*snap.file.storage, &snap.header, dst)
     }
 
+    /// The user version the newest flush committed (the writer's
+    /// [`crate::Index::set_user_version`]): it always describes the data this reader sees at
+    /// the same snapshot ([`Snapshot::user_version`]).
+    pub fn user_version(&self) -> Result<u64> {
+        Ok(self.snapshot()?.user_version())
+    }
+
     /// Live vectors in the current snapshot.
     pub fn len(&self) -> Result<u64> {
         Ok(self.snapshot()?.len())

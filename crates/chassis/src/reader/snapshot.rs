@@ -77,6 +77,14 @@ impl Snapshot {
     pub fn sequence(&self) -> u64 {
         self.header.sequence
     }
+    /// The user version this snapshot's flush committed ([`crate::Index::set_user_version`]).
+    pub fn user_version(&self) -> u64 {
+        self.header.user_version
+    }
+    /// The file's identity as 32 hex digits (`None` for a file without one).
+    pub fn file_id(&self) -> Option<String> {
+        crate::index::file_id_hex(&self.header.file_id)
+    }
     /// Committed slot count N.
     pub fn committed_count(&self) -> u64 {
         self.header.committed_count

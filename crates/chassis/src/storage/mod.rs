@@ -452,6 +452,23 @@ impl Regions {
     }
 }
 
+/// The heaps' free positions at one moment ([`Store::heap_mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapMark {
+    upper_next: u64,
+    metadata_next: u64,
+}
+
+impl HeapMark {
+    /// The positions a header committed.
+    pub fn committed(h: &Header) -> HeapMark {
+        HeapMark {
+            upper_next: h.upper_heap_next,
+            metadata_next: h.metadata_heap_next,
+        }
+    }
+}
+
 /// A store reads through its current regions.
 impl std::ops::Deref for Store {
     type Target = Regions;
@@ -505,6 +522,8 @@ impl Store {
             vector_layout: new.layout.code(),
             codes: new.codes.code(),
             codebook: 0,
+            file_id: crate::os::new_file_id()?,
+            user_version: 0,
             sequence: 1,
             table_pages: Vec::new(),
         };
@@ -693,6 +712,37 @@ impl Store {
             .store(u64::from_le_bytes(live::CLEAN_MAGIC), Ordering::Release);
         self.active = false;
         self.sync_or_poison()
+    }
+
+    /// Where the two heaps' free positions are now, for [`Store::rewind`].
+    pub fn heap_mark(&self) -> HeapMark {
+        HeapMark {
+            upper_next: self.upper_next,
+            metadata_next: self.metadata_next,
+        }
+    }
+
+    /// Moves the heaps' free positions back to `mark` (a rollback: the entries written since
+    /// are discarded and their bytes reused). Never below the committed positions: committed
+    /// heap bytes never change.
+    pub fn rewind(&mut self, mark: HeapMark) {
+        let h = &self.header;
+        let (uc, uo) = record::split_heap_ref(h.upper_heap_next);
+        let (mc, mo) = record::split_heap_ref(h.metadata_heap_next);
+        let at_least = |next: u64, c: u32, o: u32| {
+            let (nc, no) = record::split_heap_ref(next);
+            (nc, no) >= (c, o)
+        };
+        // Position 0 means "no chunk yet"; once a chunk exists (appended since the mark) the
+        // same place is the first entry of chunk 0.
+        let first = record::heap_ref(0, record::HEAP_CHUNK_HEAD_BYTES as u32);
+        let place = |next: u64, chunks: usize| if next == 0 && chunks > 0 { first } else { next };
+        if at_least(mark.upper_next, uc, uo) {
+            self.upper_next = place(mark.upper_next, self.upper_chunks.len());
+        }
+        if at_least(mark.metadata_next, mc, mo) {
+            self.metadata_next = place(mark.metadata_next, self.metadata_chunks.len());
+        }
     }
 
     /// Makes every write so far durable (lists a repair pass edited), poisoning on failure.
@@ -1079,8 +1129,14 @@ impl Store {
         let fits = (chunk as usize) < self.upper_chunks.len()
             && u64::from(off) + bytes <= self.geometry.heap_chunk_bytes(u64::from(chunk));
         if !fits {
-            self.append_upper_chunk()?;
-            chunk = (self.upper_chunks.len() - 1) as u32;
+            // A chunk past the position is unused (a rollback rewound the position): take
+            // it before appending another.
+            if (chunk as usize) + 1 < self.upper_chunks.len() {
+                chunk += 1;
+            } else {
+                self.append_upper_chunk()?;
+                chunk = (self.upper_chunks.len() - 1) as u32;
+            }
             off = record::HEAP_CHUNK_HEAD_BYTES as u32;
             // Keep the position on the new chunk even if what follows fails.
             self.upper_next = record::heap_ref(chunk, off);
@@ -1130,8 +1186,13 @@ impl Store {
         let fits = (chunk as usize) < self.metadata_chunks.len()
             && u64::from(off) + bytes <= self.geometry.metadata_chunk_bytes(u64::from(chunk));
         if !fits {
-            self.append_metadata_chunk()?;
-            chunk = (self.metadata_chunks.len() - 1) as u32;
+            // As in alloc_upper: an unused chunk past a rewound position is taken first.
+            if (chunk as usize) + 1 < self.metadata_chunks.len() {
+                chunk += 1;
+            } else {
+                self.append_metadata_chunk()?;
+                chunk = (self.metadata_chunks.len() - 1) as u32;
+            }
             off = record::HEAP_CHUNK_HEAD_BYTES as u32;
             self.metadata_next = record::heap_ref(chunk, off);
         }
@@ -1334,6 +1395,16 @@ impl Store {
             // A file holding metadata: releases that read its layout still search it (they
             // ignore metadata), but only a release that keeps metadata may write it.
             next.write_version = next.write_version.max(format::METADATA_WRITE_VERSION);
+        }
+        if next.user_version != 0 {
+            // Releases before user versions would commit 0 over it: they must not write.
+            next.write_version = next.write_version.max(format::USER_VERSION_WRITE_VERSION);
+        }
+        // Every commit keeps the file's identity; a file without one (written before
+        // identities, or by a release that wrote those bytes as zero) gets one now, so from
+        // its next backup on it can be synced incrementally (docs/FORMAT.md, "File identity").
+        if mutants::active(Mutant::IdentityNotKept) || !next.has_identity() {
+            next.file_id = crate::os::new_file_id()?;
         }
         next.table_pages = self.table_pages.iter().map(|p| p.page.offset).collect();
         next.pending_delete_epoch = 0;
