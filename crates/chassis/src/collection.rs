@@ -185,6 +185,9 @@ pub struct Collection {
     next_id: AtomicU64,
     /// Writes that span shards (adds, flush) run one at a time.
     writing: Mutex<()>,
+    /// Tests only: the shard whose next write reports an I/O error after it succeeded.
+    #[cfg(feature = "mutants")]
+    fail_shard: Mutex<Option<usize>>,
 }
 
 impl std::fmt::Debug for Collection {
@@ -244,6 +247,8 @@ impl Collection {
             manifest: Mutex::new(manifest),
             next_id: AtomicU64::new(0),
             writing: Mutex::new(()),
+            #[cfg(feature = "mutants")]
+            fail_shard: Mutex::new(None),
         })
     }
 
@@ -279,6 +284,8 @@ impl Collection {
             manifest: Mutex::new(manifest),
             next_id: AtomicU64::new(next_id),
             writing: Mutex::new(()),
+            #[cfg(feature = "mutants")]
+            fail_shard: Mutex::new(None),
         })
     }
 
@@ -307,6 +314,8 @@ impl Collection {
             },
             next_id: AtomicU64::new(next_id),
             writing: Mutex::new(()),
+            #[cfg(feature = "mutants")]
+            fail_shard: Mutex::new(None),
         })
     }
 
@@ -391,8 +400,14 @@ impl Collection {
 
     /// Adds rows (`vectors` is rows × dims, row-major) under `ids`, or under ids the
     /// collection assigns (one above every id stored, in order), with optional metadata (one
-    /// document per row). Each shard takes its rows as one batch ([`Index::add_batch_with_metadata`]:
-    /// all checked first), the shards in parallel. Durable at the next [`Collection::flush`].
+    /// document per row). Durable at the next [`Collection::flush`].
+    ///
+    /// All or nothing: every row is checked first (dimensions, finite values, metadata
+    /// limits, an id given twice or already live, automatic ids past 2^64 − 1), before any
+    /// shard is written; a failure after that (an I/O error in one shard) takes back what
+    /// the other shards added, so searches see the collection as before the call and the
+    /// next flush publishes nothing of it. The automatic id counter moves past the ids of
+    /// every call, failed ones included, so an id is never handed out twice.
     pub fn add(
         &self,
         ids: Option<&[u64]>,
@@ -400,6 +415,216 @@ impl Collection {
         metadata: Option<&[Metadata]>,
     ) -> Result<Vec<u64>> {
         let writers = self.writers()?;
+        let rows = self.check_rows(vectors, ids.map(<[u64]>::len), metadata)?;
+        let _w = lock(&self.writing);
+        let ids: Vec<u64> = match ids {
+            Some(i) => i.to_vec(),
+            None => {
+                let first = self.next_id.load(Ordering::Relaxed);
+                let last = (rows as u64)
+                    .checked_sub(1)
+                    .map(|n| first.checked_add(n))
+                    .unwrap_or(Some(first))
+                    .ok_or(Error::IdsExhausted {
+                        next: first,
+                        count: rows as u64,
+                    })?;
+                if rows > 0 && last == u64::MAX && self.contains(u64::MAX)? {
+                    return Err(Error::IdsExhausted {
+                        next: first,
+                        count: rows as u64,
+                    });
+                }
+                (0..rows as u64).map(|i| first + i).collect()
+            }
+        };
+        self.check_ids_new(&ids)?;
+        let s = writers.len();
+        let mut parts: Vec<(Vec<u64>, Vec<f32>, Vec<Metadata>)> = vec![Default::default(); s];
+        let dims = self.dims();
+        for (row, &id) in ids.iter().enumerate() {
+            let p = &mut parts[shard_of(id, s)];
+            p.0.push(id);
+            p.1.extend_from_slice(&vectors[row * dims..(row + 1) * dims]);
+            p.2.push(metadata.map_or_else(Metadata::new, |m| m[row].clone()));
+        }
+        // Never hand these ids out again, whatever happens below.
+        if let Some(&max) = ids.iter().max() {
+            self.next_id
+                .fetch_max(max.saturating_add(1), Ordering::Relaxed);
+        }
+        self.on_every_shard(
+            &parts,
+            |p| !p.0.is_empty(),
+            |ix, p| {
+                ix.add_batch_with_metadata(Some(&p.0), &p.1, &p.2, 1)
+                    .map(drop)
+            },
+        )?;
+        Ok(ids)
+    }
+
+    /// Stores each row under its id: an add where the id is not live, a replacement of the
+    /// vector and metadata where it is. All or nothing, as [`Collection::add`] (an id given
+    /// twice in one call is refused).
+    pub fn upsert(
+        &self,
+        ids: &[u64],
+        vectors: &[f32],
+        metadata: Option<&[Metadata]>,
+    ) -> Result<()> {
+        let writers = self.writers()?;
+        self.check_rows(vectors, Some(ids.len()), metadata)?;
+        let _w = lock(&self.writing);
+        check_distinct(ids)?;
+        let s = writers.len();
+        let dims = self.dims();
+        let mut parts: Vec<(Vec<u64>, Vec<f32>, Vec<Metadata>)> = vec![Default::default(); s];
+        for (row, &id) in ids.iter().enumerate() {
+            let p = &mut parts[shard_of(id, s)];
+            p.0.push(id);
+            p.1.extend_from_slice(&vectors[row * dims..(row + 1) * dims]);
+            p.2.push(metadata.map_or_else(Metadata::new, |m| m[row].clone()));
+        }
+        if let Some(&max) = ids.iter().max() {
+            self.next_id
+                .fetch_max(max.saturating_add(1), Ordering::Relaxed);
+        }
+        self.on_every_shard(
+            &parts,
+            |p| !p.0.is_empty(),
+            |ix, p| ix.upsert_many(&p.0, &p.1, &p.2),
+        )
+    }
+
+    /// Replaces the metadata of each id (its vector kept bit for bit). All or nothing: every
+    /// id must be live ([`Error::NotFound`]) and every document within the limits before any
+    /// shard changes.
+    pub fn set_metadata(&self, ids: &[u64], metadata: &[Metadata]) -> Result<()> {
+        let writers = self.writers()?;
+        if ids.len() != metadata.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} metadata documents for {} ids",
+                metadata.len(),
+                ids.len()
+            )));
+        }
+        check_documents(metadata)?;
+        let _w = lock(&self.writing);
+        check_distinct(ids)?;
+        for &id in ids {
+            if !self.contains(id)? {
+                return Err(Error::NotFound { id });
+            }
+        }
+        let s = writers.len();
+        let mut parts: Vec<(Vec<u64>, Vec<Metadata>)> = vec![Default::default(); s];
+        for (&id, m) in ids.iter().zip(metadata) {
+            let p = &mut parts[shard_of(id, s)];
+            p.0.push(id);
+            p.1.push(m.clone());
+        }
+        self.on_every_shard(
+            &parts,
+            |p| !p.0.is_empty(),
+            |ix, p| ix.set_metadata_many(&p.0, &p.1),
+        )
+    }
+
+    /// Deletes `ids` (each from its shard), all or nothing: [`Error::NotFound`], with nothing
+    /// deleted, if one is not live (an id given twice is deleted once).
+    pub fn delete(&self, ids: &[u64]) -> Result<()> {
+        let writers = self.writers()?;
+        let _w = lock(&self.writing);
+        for &id in ids {
+            if !self.contains(id)? {
+                return Err(Error::NotFound { id });
+            }
+        }
+        let s = writers.len();
+        let mut parts = vec![Vec::new(); s];
+        for &id in ids {
+            parts[shard_of(id, s)].push(id);
+        }
+        self.on_every_shard(&parts, |p| !p.is_empty(), |ix, p| ix.delete_many(p))
+    }
+
+    /// Runs `write` on every shard whose part `wanted` says has work, the shards in parallel,
+    /// after taking a savepoint of each; if any fails, every shard goes back to its savepoint
+    /// (the caller holds `writing`, so no flush runs in between) and the first error is
+    /// returned.
+    fn on_every_shard<P: Sync>(
+        &self,
+        parts: &[P],
+        wanted: impl Fn(&P) -> bool,
+        write: impl Fn(&Index, &P) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let writers = self.writers()?;
+        let savepoints: Vec<_> = writers.iter().map(Index::savepoint).collect();
+        let write = &write;
+        #[cfg(feature = "mutants")]
+        let fail = lock(&self.fail_shard).take();
+        #[cfg(not(feature = "mutants"))]
+        let fail: Option<usize> = None;
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = writers
+                .iter()
+                .zip(parts)
+                .filter(|(_, p)| wanted(p))
+                .map(|(ix, p)| scope.spawn(move || write(ix, p)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidArgument("a shard write panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let failed = results.into_iter().find_map(Result::err);
+        let Some(err) = failed.or_else(|| {
+            fail.map(|s| {
+                Error::Io(std::io::Error::other(format!(
+                    "injected failure in shard {s} after its part was written"
+                )))
+            })
+        }) else {
+            return Ok(());
+        };
+        let mut back = Vec::new();
+        for (ix, sp) in writers.iter().zip(savepoints) {
+            if let Err(e) = ix.rollback_to(sp) {
+                back.push(e.to_string());
+            }
+        }
+        if back.is_empty() {
+            return Err(err);
+        }
+        Err(Error::Io(std::io::Error::other(format!(
+            "{err}; taking the other shards' part back also failed: {}",
+            back.join("; ")
+        ))))
+    }
+
+    /// Tests only: the next call that passes its checks and writes shards reports an I/O
+    /// error (naming `shard`) after every shard's part succeeded, as if that shard's disk
+    /// failed at the end of it: the collection must take back every shard's part.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn fail_next_write_in_shard(&self, shard: usize) {
+        *lock(&self.fail_shard) = Some(shard);
+    }
+
+    /// Checks a call's rows before any shard sees them: whole rows of the collection's
+    /// dimensions, finite values (and not zero under cosine), one id and one document per
+    /// row, every document within the metadata limits. Returns the row count.
+    fn check_rows(
+        &self,
+        vectors: &[f32],
+        ids: Option<usize>,
+        metadata: Option<&[Metadata]>,
+    ) -> Result<usize> {
         let dims = self.dims();
         if dims == 0 || !vectors.len().is_multiple_of(dims) {
             return Err(Error::DimensionMismatch {
@@ -408,67 +633,32 @@ impl Collection {
             });
         }
         let rows = vectors.len() / dims;
-        if ids.is_some_and(|i| i.len() != rows) || metadata.is_some_and(|m| m.len() != rows) {
+        if ids.is_some_and(|i| i != rows) || metadata.is_some_and(|m| m.len() != rows) {
             return Err(Error::InvalidArgument(
                 "ids and metadata need one entry per row".into(),
             ));
         }
-        let _w = lock(&self.writing);
-        let ids: Vec<u64> = match ids {
-            Some(i) => i.to_vec(),
-            None => {
-                let first = self.next_id.load(Ordering::Relaxed);
-                (first..first + rows as u64).collect()
-            }
-        };
-        let s = writers.len();
-        let mut parts: Vec<(Vec<u64>, Vec<f32>, Vec<Metadata>)> = vec![Default::default(); s];
-        for (row, &id) in ids.iter().enumerate() {
-            let p = &mut parts[shard_of(id, s)];
-            p.0.push(id);
-            p.1.extend_from_slice(&vectors[row * dims..(row + 1) * dims]);
-            p.2.push(metadata.map_or_else(Metadata::new, |m| m[row].clone()));
+        let metric = self.metric();
+        for (row, v) in vectors.chunks(dims).enumerate() {
+            crate::query::prepare_vector(metric, dims, v).map_err(|e| match e {
+                Error::InvalidVector { reason } if rows > 1 => Error::InvalidVector {
+                    reason: format!("row {row}: {reason}"),
+                },
+                e => e,
+            })?;
         }
-        let results: Vec<Result<Vec<u64>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = writers
-                .iter()
-                .zip(&parts)
-                .filter(|(_, p)| !p.0.is_empty())
-                .map(|(ix, p)| {
-                    scope.spawn(move || ix.add_batch_with_metadata(Some(&p.0), &p.1, &p.2, 1))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::InvalidArgument("a shard add panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        for r in results {
-            r?;
+        if let Some(m) = metadata {
+            check_documents(m)?;
         }
-        if let Some(&max) = ids.iter().max() {
-            self.next_id
-                .fetch_max(max.saturating_add(1), Ordering::Relaxed);
-        }
-        Ok(ids)
+        Ok(rows)
     }
 
-    /// Deletes `ids` (each from its shard); [`Error::NotFound`] for an id not live, with the
-    /// ids of the shards checked before it deleted (each shard's part is all or nothing).
-    pub fn delete(&self, ids: &[u64]) -> Result<()> {
-        let writers = self.writers()?;
-        let s = writers.len();
-        let mut parts = vec![Vec::new(); s];
+    /// [`Error::DuplicateId`] for an id given twice or already live in its shard.
+    fn check_ids_new(&self, ids: &[u64]) -> Result<()> {
+        check_distinct(ids)?;
         for &id in ids {
-            parts[shard_of(id, s)].push(id);
-        }
-        for (ix, p) in writers.iter().zip(&parts) {
-            if !p.is_empty() {
-                ix.delete_many(p)?;
+            if self.contains(id)? {
+                return Err(Error::DuplicateId { id });
             }
         }
         Ok(())
@@ -652,6 +842,28 @@ impl Collection {
         }
         Ok(())
     }
+}
+
+/// [`Error::DuplicateId`] for the first id a call gives twice.
+fn check_distinct(ids: &[u64]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    for &id in ids {
+        if !seen.insert(id) {
+            return Err(Error::DuplicateId { id });
+        }
+    }
+    Ok(())
+}
+
+/// Every document within the metadata limits (the encoding a shard would store).
+fn check_documents(metadata: &[Metadata]) -> Result<()> {
+    for (row, m) in metadata.iter().enumerate() {
+        crate::format::metadata::encode(m).map_err(|e| match e {
+            Error::InvalidArgument(why) => Error::InvalidArgument(format!("row {row}: {why}")),
+            e => e,
+        })?;
+    }
+    Ok(())
 }
 
 fn check_shard(want: &(usize, Metric), dims: usize, metric: Metric) -> Result<()> {
