@@ -301,6 +301,59 @@ enum chassis_status chassis_delete(struct chassis_index *index, uint64_t id);
 // `index` is a live handle.
 enum chassis_status chassis_flush(struct chassis_index *index);
 
+// Discards every add, delete and metadata change since the last flush (and a user version
+// set since), keeping the writer's lock: this handle's searches see the flushed state again
+// at once. Ids the discarded adds got automatically are given again by the next adds.
+//
+// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+// one in progress), and searches on it never wait for this one.
+//
+// # Safety
+// `index` is a live handle.
+enum chassis_status chassis_rollback(struct chassis_index *index);
+
+// Sets the user version the next flush commits with the data: a number of the
+// application's (a transaction id, a log position) that readers see with exactly the state
+// it was flushed with, after any crash. Setting it counts as a change to flush.
+//
+// Thread safety: as `chassis_flush`.
+//
+// # Safety
+// `index` is a live handle.
+enum chassis_status chassis_set_user_version(struct chassis_index *index, uint64_t version);
+
+// The user version the writer's next flush commits: the last one set, else the committed
+// one.
+//
+// Thread safety: any thread, concurrently with every other call on the same index.
+//
+// # Safety
+// `index` is a live handle; `out_version` is writable.
+enum chassis_status chassis_user_version(const struct chassis_index *index, uint64_t *out_version);
+
+// The file's identity (docs/FORMAT.md, "File identity") as 32 lowercase hex digits and a
+// NUL into `buf` (room for `len` bytes; 33 is enough), its length (32, or 0 for a file
+// that has none yet) to `out_len`. `CHASSIS_STATUS_BUFFER_TOO_SMALL` (with `out_len`
+// written) when it doesn't fit.
+//
+// Thread safety: any thread, concurrently with every other call on the same index.
+//
+// # Safety
+// `index` is a live handle; `buf` has room for `len` bytes; `out_len` is writable.
+enum chassis_status chassis_file_id(const struct chassis_index *index,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *out_len);
+
+// The user version of the newest committed state a reader sees.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// `reader` is a live handle; `out_version` is writable.
+enum chassis_status chassis_reader_user_version(const struct chassis_reader *reader,
+                                                uint64_t *out_version);
+
 // Rewrites the index into a new file with only its live vectors (flushing first); `m` and
 // `ef_construction` of 0 keep the current values. The rebuilt graph is linked on one thread
 // per CPU. Readers move to the new file by themselves.

@@ -121,6 +121,7 @@ fn status_of(e: &Error) -> chassis_status {
         Error::DuplicateId { .. } => chassis_status::DuplicateId,
         Error::NotFound { .. } => chassis_status::NotFound,
         Error::InvalidArgument(_) => chassis_status::InvalidArgument,
+        Error::IdsExhausted { .. } => chassis_status::InvalidArgument,
         Error::Full { .. } => chassis_status::Full,
         _ => chassis_status::Io,
     }
@@ -668,6 +669,115 @@ pub unsafe extern "C" fn chassis_flush(index: *mut chassis_index) -> chassis_sta
         // SAFETY: a live handle per the contract.
         let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
         write(ix).flush()?;
+        Ok(())
+    })
+}
+
+/// Discards every add, delete and metadata change since the last flush (and a user version
+/// set since), keeping the writer's lock: this handle's searches see the flushed state again
+/// at once. Ids the discarded adds got automatically are given again by the next adds.
+///
+/// Thread safety: any thread; writes on the same index run one at a time (this one waits for
+/// one in progress), and searches on it never wait for this one.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_rollback(index: *mut chassis_index) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        write(ix).rollback()?;
+        Ok(())
+    })
+}
+
+/// Sets the user version the next flush commits with the data: a number of the
+/// application's (a transaction id, a log position) that readers see with exactly the state
+/// it was flushed with, after any crash. Setting it counts as a change to flush.
+///
+/// Thread safety: as `chassis_flush`.
+///
+/// # Safety
+/// `index` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_set_user_version(
+    index: *mut chassis_index,
+    version: u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        write(ix).set_user_version(version)?;
+        Ok(())
+    })
+}
+
+/// The user version the writer's next flush commits: the last one set, else the committed
+/// one.
+///
+/// Thread safety: any thread, concurrently with every other call on the same index.
+///
+/// # Safety
+/// `index` is a live handle; `out_version` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_user_version(
+    index: *const chassis_index,
+    out_version: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let out_version = out(out_version, "out_version")?;
+        let v = read(ix).user_version();
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_version = v };
+        Ok(())
+    })
+}
+
+/// The file's identity (docs/FORMAT.md, "File identity") as 32 lowercase hex digits and a
+/// NUL into `buf` (room for `len` bytes; 33 is enough), its length (32, or 0 for a file
+/// that has none yet) to `out_len`. `CHASSIS_STATUS_BUFFER_TOO_SMALL` (with `out_len`
+/// written) when it doesn't fit.
+///
+/// Thread safety: any thread, concurrently with every other call on the same index.
+///
+/// # Safety
+/// `index` is a live handle; `buf` has room for `len` bytes; `out_len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_file_id(
+    index: *const chassis_index,
+    buf: *mut c_char,
+    len: usize,
+    out_len: *mut usize,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let ix = unsafe { index.as_ref() }.ok_or(Fail::Null("index"))?;
+        let id = read(ix).info()?.file_id.unwrap_or_default();
+        write_text(&id, buf, len, out_len)
+    })
+}
+
+/// The user version of the newest committed state a reader sees.
+///
+/// Thread safety: any thread, concurrently with every other call on the same reader.
+///
+/// # Safety
+/// `reader` is a live handle; `out_version` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_reader_user_version(
+    reader: *const chassis_reader,
+    out_version: *mut u64,
+) -> chassis_status {
+    guard(|| {
+        // SAFETY: a live handle per the contract.
+        let r = unsafe { reader.as_ref() }.ok_or(Fail::Null("reader"))?;
+        let out_version = out(out_version, "out_version")?;
+        let v = r.inner.user_version()?;
+        // SAFETY: non-null, writable per the contract.
+        unsafe { *out_version = v };
         Ok(())
     })
 }

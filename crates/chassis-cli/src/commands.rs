@@ -368,6 +368,7 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "metadata_bytes": meta.bytes, "metadata_vectors": meta.vectors,
                 "metadata_fields": fields_json, "indexed_fields": meta.indexed,
                 "codes": i.codes.name(), "codes_trained": i.codes_trained,
+                "file_id": i.file_id, "user_version": i.user_version,
             })
         );
         return Ok(());
@@ -398,6 +399,13 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
             }
         );
     }
+    println!(
+        "identity:      {}; user version {}",
+        i.file_id
+            .as_deref()
+            .unwrap_or("none (written before file identities; its next flush gives it one)"),
+        i.user_version
+    );
     println!(
         "header:        sequence {} in copy {}; A: {}; B: {}",
         i.sequence,
@@ -680,4 +688,23 @@ fn brute_force(index: &IndexReader, q: &Matrix, k: usize) -> Result<Vec<Vec<u64>
             d.into_iter().take(k).map(|(_, id)| id).collect()
         })
         .collect())
+}
+
+/// Prints the user version the last flush committed, or sets one and flushes it.
+pub fn user_version(path: &Path, set: Option<u64>) -> Result<()> {
+    match set {
+        None => {
+            let reader = IndexReader::open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            println!("{}", reader.user_version()?);
+        }
+        Some(v) => {
+            let index = Index::open(path)
+                .with_context(|| format!("cannot open {} as its writer", path.display()))?;
+            index.set_user_version(v)?;
+            index.close()?;
+            println!("{v}");
+        }
+    }
+    Ok(())
 }

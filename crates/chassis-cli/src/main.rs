@@ -182,6 +182,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the user version the last flush committed, or set a new one (committed at once,
+    /// alone), like PRAGMA user_version.
+    #[command(
+        name = "user-version",
+        after_help = "Examples:\n  chassis user-version docs.chassis\n  chassis user-version docs.chassis 42\n\n\
+        The user version is the application's own number (a transaction id, a log position),\n\
+        committed by a flush together with the data, so a reader always sees the one that was\n\
+        flushed with the state it reads, after any crash. Libraries set it before a flush\n\
+        (Rust Index::set_user_version, Python index.user_version = n, C chassis_set_user_version)."
+    )]
+    UserVersion {
+        /// Index file (opened as the writer when setting).
+        path: PathBuf,
+        /// The version to commit (a u64); omit it to print the committed one.
+        version: Option<u64>,
+    },
     /// Check the file's integrity, like PRAGMA integrity_check.
     #[command(after_help = "Example:\n  chassis check docs.chassis --recall 200\n\n\
         Checks both header copies, table pages and region offsets, every slot header, every\n\
@@ -427,6 +443,7 @@ fn run(cli: Cli) -> Result<()> {
             read_only: _,
         } => commands::info(&path, json)?,
         Command::Check { path, recall, json } => commands::check(&path, recall, json)?,
+        Command::UserVersion { path, version } => commands::user_version(&path, version)?,
         Command::Bench {
             path,
             queries,

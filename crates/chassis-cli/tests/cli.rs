@@ -240,8 +240,20 @@ fn demo_builds_searches_and_reports() {
 #[test]
 fn every_command_has_help_with_an_example() {
     for cmd in [
-        "create", "import", "search", "get", "delete", "export", "info", "check", "bench",
-        "compact", "migrate", "demo", "backup",
+        "create",
+        "import",
+        "search",
+        "get",
+        "delete",
+        "export",
+        "info",
+        "check",
+        "bench",
+        "compact",
+        "migrate",
+        "demo",
+        "backup",
+        "user-version",
     ] {
         let out = ok(&[cmd, "--help"]);
         assert!(
@@ -351,7 +363,20 @@ fn backup_while_a_writer_holds_the_file_then_incrementally() {
         chassis::IndexReader::open(&copy).unwrap().len().unwrap(),
         399
     );
+    // The copy carries the source's identity; info shows both it and the user version.
+    let src_info: serde_json::Value = serde_json::from_str(&ok(&["info", p, "--json"])).unwrap();
+    let copy_info: serde_json::Value = serde_json::from_str(&ok(&["info", c, "--json"])).unwrap();
+    assert_eq!(src_info["file_id"].as_str().map(str::len), Some(32));
+    assert_eq!(src_info["file_id"], copy_info["file_id"]);
+    assert_eq!(src_info["user_version"], 0);
     drop(w);
+    // user-version: set (a writer's commit), then read back, also from the copy's next sync.
+    assert_eq!(ok(&["user-version", p, "42"]).trim(), "42");
+    assert_eq!(ok(&["user-version", p]).trim(), "42");
+    ok(&["backup", p, c]);
+    assert_eq!(ok(&["user-version", c]).trim(), "42");
+    let text = ok(&["info", p]);
+    assert!(text.contains("user version 42"), "{text}");
 }
 
 #[test]

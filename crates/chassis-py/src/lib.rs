@@ -97,6 +97,12 @@ create_exception!(
 );
 create_exception!(
     _chassis,
+    IdsExhaustedError,
+    InvalidArgumentError,
+    "Automatic ids would pass 2**64 - 1; give ids explicitly."
+);
+create_exception!(
+    _chassis,
     FullError,
     ChassisError,
     "The index reached its largest size."
@@ -124,6 +130,7 @@ fn to_py(e: Error) -> PyErr {
         Error::DuplicateId { .. } => DuplicateIdError::new_err(msg),
         Error::NotFound { .. } => NotFoundError::new_err(msg),
         Error::InvalidArgument(_) => InvalidArgumentError::new_err(msg),
+        Error::IdsExhausted { .. } => IdsExhaustedError::new_err(msg),
         Error::Full { .. } => FullError::new_err(msg),
         _ => StorageError::new_err(msg),
     }
@@ -132,6 +139,32 @@ fn to_py(e: Error) -> PyErr {
 enum Inner {
     Writer(Box<Index>),
     Reader(Box<IndexReader>),
+}
+
+/// Answers are padded to `k` columns up to this `k`; a larger `k` than the live count is
+/// first clamped to the live count (`chassis.MAX_PADDED_K`).
+const MAX_PADDED_K: usize = 65_536;
+/// The most cells (rows × columns) one answer may hold: 2^28, 3 GiB of ids and distances
+/// (`chassis.MAX_ANSWER_CELLS`).
+const MAX_ANSWER_CELLS: usize = 1 << 28;
+
+/// The columns of a search's answer for `k` over `live` vectors, checked before anything is
+/// allocated: `k`, except that a `k` above both [`MAX_PADDED_K`] and the live count becomes the
+/// live count; more than [`MAX_ANSWER_CELLS`] cells is an [`InvalidArgumentError`].
+fn answer_width(k: usize, live: u64, rows: usize) -> PyResult<usize> {
+    let live = usize::try_from(live).unwrap_or(usize::MAX);
+    let width = if k <= MAX_PADDED_K || k <= live {
+        k
+    } else {
+        live.max(1)
+    };
+    match rows.checked_mul(width) {
+        Some(cells) if cells <= MAX_ANSWER_CELLS => Ok(width),
+        _ => Err(InvalidArgumentError::new_err(format!(
+            "an answer of {rows} rows of {width} would hold more than {MAX_ANSWER_CELLS} \
+             results: ask for a smaller k or fewer queries per call"
+        ))),
+    }
 }
 
 /// What `search` returns: ids and distances, rows × k.
@@ -475,6 +508,22 @@ impl RawIndex {
         py.allow_threads(|| self.with_writer(|ix| ix.flush()))
     }
 
+    fn rollback(&self, py: Python<'_>) -> PyResult<()> {
+        py.allow_threads(|| self.with_writer(|ix| ix.rollback()))
+    }
+
+    fn set_user_version(&self, version: u64) -> PyResult<()> {
+        self.with_writer(|ix| ix.set_user_version(version))
+    }
+
+    fn user_version(&self) -> PyResult<u64> {
+        match self.read().as_deref() {
+            Some(Inner::Writer(ix)) => Ok(ix.user_version()),
+            Some(Inner::Reader(r)) => r.user_version().map_err(to_py),
+            None => Err(closed()),
+        }
+    }
+
     /// Online backup of the last committed state to `dst`; a dict of what it did.
     fn backup<'py>(&self, py: Python<'py>, dst: PathBuf) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.read().ok_or_else(closed)?;
@@ -546,6 +595,12 @@ impl RawIndex {
         let rows = queries.shape()[0];
         let dims = queries.shape()[1];
         let data = queries.as_slice()?.to_vec();
+        let live = match self.read().as_deref() {
+            Some(Inner::Writer(ix)) => ix.len() as u64,
+            Some(Inner::Reader(r)) => r.len().map_err(to_py)?,
+            None => return Err(closed()),
+        };
+        let k = answer_width(k, live, rows)?;
         let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
             // Every filter is parsed before any search work: a malformed one fails the call.
             let filters: Vec<Option<Filter>> = filters
@@ -681,6 +736,8 @@ impl RawIndex {
                 d.set_item("codes_trained", i.codes_trained)?;
                 d.set_item("metadata_bytes", i.metadata_bytes)?;
                 d.set_item("indexed_fields", i.indexed_fields)?;
+                d.set_item("file_id", i.file_id)?;
+                d.set_item("user_version", i.user_version)?;
             }
             Some(Inner::Reader(r)) => {
                 let snap = r.snapshot().map_err(to_py)?;
@@ -704,6 +761,8 @@ impl RawIndex {
                 d.set_item("format", format_of(h.layout()))?;
                 d.set_item("metadata_bytes", snap.metadata_bytes())?;
                 d.set_item("indexed_fields", r.indexed_fields())?;
+                d.set_item("file_id", snap.file_id())?;
+                d.set_item("user_version", snap.user_version())?;
             }
             None => return Err(closed()),
         }
@@ -810,6 +869,7 @@ impl RawCollection {
         let rows = queries.shape()[0];
         let data = queries.as_slice()?.to_vec();
         let c = self.get()?;
+        let k = answer_width(k, c.len().map_err(to_py)?, rows)?;
         let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
             let filter = filter
                 .as_deref()
@@ -840,6 +900,36 @@ impl RawCollection {
         let ids = ids.as_slice()?.to_vec();
         let c = self.get()?;
         py.allow_threads(|| c.delete(&ids)).map_err(to_py)
+    }
+
+    fn upsert<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: PyReadonlyArray1<'py, u64>,
+        metadata: Option<Vec<String>>,
+    ) -> PyResult<()> {
+        let data = vectors.as_slice()?.to_vec();
+        let ids = ids.as_slice()?.to_vec();
+        let c = self.get()?;
+        py.allow_threads(|| {
+            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
+            c.upsert(&ids, &data, docs.as_deref()).map_err(to_py)
+        })
+    }
+
+    fn set_metadata(
+        &self,
+        py: Python<'_>,
+        ids: PyReadonlyArray1<'_, u64>,
+        metadata: Vec<String>,
+    ) -> PyResult<()> {
+        let ids = ids.as_slice()?.to_vec();
+        let c = self.get()?;
+        py.allow_threads(|| {
+            let docs = parse_docs(&metadata)?;
+            c.set_metadata(&ids, &docs).map_err(to_py)
+        })
     }
 
     fn get_vectors<'py>(
@@ -1023,6 +1113,7 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
             "InvalidArgumentError",
             py.get_type::<InvalidArgumentError>(),
         ),
+        ("IdsExhaustedError", py.get_type::<IdsExhaustedError>()),
         ("FullError", py.get_type::<FullError>()),
         ("StorageError", py.get_type::<StorageError>()),
     ] {

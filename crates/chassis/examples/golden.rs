@@ -308,6 +308,14 @@ fn recipes() -> Vec<Recipe> {
             },
         },
         Recipe {
+            name: "f4-user-version",
+            about: "format 4 with a file identity and a user version (write version 8), \
+                    squared L2, 600 x 16, M 8, 12 deleted, committed in three flushes whose \
+                    user versions were 5, 6 and 7, then 30 rows added with user version 8 set \
+                    and rolled back (discarded, never committed)",
+            make: user_version,
+        },
+        Recipe {
             name: "f3-metadata",
             about: "format 3 with metadata (read version 3, write version 5), squared L2, \
                     400 x 8, as f4-metadata",
@@ -452,6 +460,35 @@ fn plain(
         deleted: vec![],
         recovery: None,
         clean_close: false,
+    }
+}
+
+fn user_version(p: &Path) -> Made {
+    let data = clustered(630, 16, 107, 0.0, 1.0);
+    let ix = Index::create(
+        p,
+        options(VectorLayout::SplitHalves, Metric::L2Squared, 16, 8),
+    )
+    .unwrap();
+    for (round, part) in data[..600].chunks(200).enumerate() {
+        ix.add_batch(&flat(part), 1).unwrap();
+        ix.set_user_version(5 + round as u64).unwrap();
+        ix.flush().unwrap();
+    }
+    let deleted: Vec<u64> = (0..600).step_by(50).collect();
+    ix.delete_many(&deleted).unwrap();
+    ix.flush().unwrap();
+    ix.add_batch(&flat(&data[600..]), 1).unwrap();
+    ix.set_user_version(8).unwrap();
+    ix.rollback().unwrap();
+    assert_eq!(ix.info().unwrap().user_version, 7);
+    // Nothing pending after the rollback: dropping the index closes it cleanly.
+    drop(ix);
+    Made {
+        note: "all committed; closed cleanly after the rollback",
+        deleted,
+        recovery: None,
+        clean_close: true,
     }
 }
 
@@ -886,6 +923,8 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
         "custom_ids": info.custom_ids,
         "codes": info.codes.name(),
         "codes_trained": info.codes_trained,
+        "file_id": info.file_id,
+        "user_version": info.user_version,
         "committed_count": h.committed_count,
         "pending_delete_epoch": h.pending_delete_epoch,
         "recovery": made.recovery.map(|r| json!({ "marks_reset": r })),

@@ -13,8 +13,13 @@
 //! sequence: it opens, passes `chassis check`, and holds exactly the source's vectors, ids,
 //! metadata and deletes at that sequence.
 //!
-//! Invariant: nothing here writes the source; the destination is only ever written under its
-//! writer lock.
+//! Invariants: nothing here writes the source; the destination is only ever written under its
+//! writer lock, and a destination replaced whole keeps that lock from the decision to replace
+//! it until the rename over it is durable (so no writer is left writing to an orphaned
+//! inode); a path where nothing was found is filled only by a rename that refuses to replace
+//! whatever appeared there meanwhile; a file at the path that is not a Chassis file is never
+//! overwritten. Incremental sync needs the destination to carry the source's file identity
+//! (docs/FORMAT.md, "File identity").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,50 +47,62 @@ pub struct BackupReport {
 
 /// Brings the file at `dst` to the committed state `h` of `src` (see the module doc).
 pub(crate) fn to_path(src: &dyn Storage, h: &Header, dst: &Path) -> Result<BackupReport> {
-    Ok(sync_path(src, h, dst, false)?.0)
+    Ok(sync_path(src, h, dst, false, false)?.0)
 }
 
 /// [`to_path`], recording what it wrote to `dst` as a [`Patch`] that brings another copy of
 /// `dst` (at the same sequence) to the same state ([`apply_patch`]). With `full`, `dst` is
-/// removed first, so the patch is a full copy.
+/// rewritten whole (under its lock, as any full copy), so the patch is a full copy.
 pub(crate) fn to_path_with_patch(
     src: &dyn Storage,
     h: &Header,
     dst: &Path,
     full: bool,
 ) -> Result<(BackupReport, Vec<u8>)> {
-    if full {
-        remove_if_there(dst)?;
-    }
-    let (report, patch) = sync_path(src, h, dst, true)?;
+    let (report, patch) = sync_path(src, h, dst, true, full)?;
     Ok((report, patch.unwrap_or_default().encode()))
 }
 
-fn remove_if_there(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
+/// A destination opened for a sync or a replacement: the file, holding its writer lock, and
+/// the recorder in front of it when there is one.
+struct Target {
+    file: Arc<FileStorage>,
+    recorder: Option<Arc<Recorder>>,
+}
+
+impl Target {
+    /// What the sync writes through: the recorder when recording, else the file.
+    fn storage(&self) -> Arc<dyn Storage> {
+        match &self.recorder {
+            Some(r) => Arc::clone(r) as Arc<dyn Storage>,
+            None => Arc::clone(&self.file) as Arc<dyn Storage>,
+        }
     }
 }
 
-/// A destination opened for a sync, and the recorder in front of it when there is one.
-type Target = (Arc<dyn Storage>, Option<Arc<Recorder>>);
+/// Opens the existing file at `path` for a sync, takes its writer lock ([`Error::Locked`]
+/// while a writer has it) and checks that the path still names the file locked (locks
+/// follow the inode; decision 8). The lock is held as long as the target lives.
+fn lock_existing(path: &Path, record: bool) -> Result<Target> {
+    for _ in 0..100 {
+        let file = FileStorage::open(path, true)?;
+        file.try_lock_exclusive()?;
+        if file.still_at_path()? {
+            return Ok(Target::new(file, record));
+        }
+    }
+    Err(Error::Io(std::io::Error::other(format!(
+        "{} keeps being replaced while locking it",
+        path.display()
+    ))))
+}
 
-/// Opens `path` for a sync (writable, locked), behind a recorder when asked.
-fn target(path: &Path, create: bool, record: bool) -> Result<Target> {
-    let file = if create {
-        FileStorage::create(path)?
-    } else {
-        FileStorage::open(path, true)?
-    };
-    file.try_lock_exclusive()?;
-    let file: Arc<dyn Storage> = Arc::new(file);
-    if record {
-        let r = Arc::new(Recorder::new(Arc::clone(&file)));
-        Ok((Arc::clone(&r) as Arc<dyn Storage>, Some(r)))
-    } else {
-        Ok((file, None))
+impl Target {
+    fn new(file: FileStorage, record: bool) -> Target {
+        let file = Arc::new(file);
+        let recorder =
+            record.then(|| Arc::new(Recorder::new(Arc::clone(&file) as Arc<dyn Storage>)));
+        Target { file, recorder }
     }
 }
 
@@ -94,6 +111,7 @@ fn sync_path(
     h: &Header,
     dst: &Path,
     record: bool,
+    force_full: bool,
 ) -> Result<(BackupReport, Option<Patch>)> {
     if let (Some(a), Some(b)) = (src.identity()?, os::path_identity(dst)?) {
         if (a.dev, a.ino) == (b.dev, b.ino) {
@@ -103,36 +121,52 @@ fn sync_path(
         }
     }
     let mut replaced_because = None;
+    // The destination's writer lock, held from the decision to replace it until the new
+    // file is renamed over it and the rename is durable (a writer can't be left writing to
+    // an orphaned inode).
+    let mut held = None;
     if dst.exists() {
         refuse_other_files(dst)?;
-        let (t, recorder) = target(dst, false, record)?;
-        match storage::sync_state(src, h, &*t)? {
-            SyncOutcome::Synced(sync) => {
-                let clean = storage::closed_cleanly_at(&*t, sync.sequence)?;
-                let patch = recorder.map(|r| Patch {
-                    full: false,
-                    base_sequence: sync.previous_sequence.unwrap_or(patch::NO_BASE),
-                    base_copy: sync.previous_copy.unwrap_or(0),
-                    sequence: sync.sequence,
-                    ops: r.take_ops(),
-                });
-                drop(t);
-                let repaired_lists = if clean { 0 } else { repair(dst)? };
-                let report = BackupReport {
-                    sync,
-                    full_copy: false,
-                    replaced_because: None,
-                    repaired_lists,
-                };
-                return Ok((report, patch));
+        let t = lock_existing(dst, record)?;
+        if force_full {
+            replaced_because = Some("a full copy was asked for".into());
+            held = Some(t);
+        } else {
+            let base = storage::base_state(&*t.file).ok();
+            match storage::sync_state(src, h, &*t.storage())? {
+                SyncOutcome::Synced(sync) => {
+                    let clean = storage::closed_cleanly_at(&*t.file, sync.sequence)?;
+                    let patch = t.recorder.as_ref().map(|r| Patch {
+                        full: false,
+                        base_sequence: sync.previous_sequence.unwrap_or(patch::NO_BASE),
+                        base_copy: sync.previous_copy.unwrap_or(0),
+                        sequence: sync.sequence,
+                        file_id: h.file_id,
+                        base_checksum: base.map_or(0, |b| b.checksum),
+                        ops: r.take_ops(),
+                    });
+                    let repaired_lists = if clean { 0 } else { repair(&t.file)? };
+                    drop(t);
+                    let report = BackupReport {
+                        sync,
+                        full_copy: false,
+                        replaced_because: None,
+                        repaired_lists,
+                    };
+                    return Ok((report, patch));
+                }
+                SyncOutcome::Mismatch(why) => {
+                    // Nothing was written (a mismatch is found before any write); the
+                    // recording starts again with the full copy.
+                    replaced_because = Some(why);
+                    held = Some(t);
+                }
             }
-            SyncOutcome::Mismatch(why) => replaced_because = Some(why),
         }
     }
     let tmp = temp_path(dst);
-    remove_if_there(&tmp)?;
-    let (t, recorder) = target(&tmp, true, record)?;
-    let sync = match storage::sync_state(src, h, &*t)? {
+    let t = Target::new(FileStorage::claim_temp(&tmp)?, record);
+    let sync = match storage::sync_state(src, h, &*t.storage())? {
         SyncOutcome::Synced(s) => s,
         SyncOutcome::Mismatch(why) => {
             return Err(Error::corrupt(
@@ -141,16 +175,18 @@ fn sync_path(
             ))
         }
     };
-    let patch = recorder.map(|r| Patch {
+    let patch = t.recorder.as_ref().map(|r| Patch {
         full: true,
         base_sequence: patch::NO_BASE,
         base_copy: 0,
         sequence: sync.sequence,
+        file_id: h.file_id,
+        base_checksum: 0,
         ops: r.take_ops(),
     });
-    drop(t);
-    let repaired_lists = repair(&tmp)?;
-    os::rename_durably(&tmp, dst)?;
+    let repaired_lists = repair(&t.file)?;
+    replace(&tmp, dst, held.is_some())?;
+    drop((t, held));
     let report = BackupReport {
         sync,
         full_copy: true,
@@ -160,28 +196,54 @@ fn sync_path(
     Ok((report, patch))
 }
 
-/// Refuses to overwrite a file that exists and is not a Chassis file.
+/// Renames the finished temporary file over `dst`: over the file there when the caller
+/// holds its writer lock (`locked`), else only if nothing appeared at `dst` meanwhile.
+/// Durable (the directory fsynced) when it returns.
+fn replace(tmp: &Path, dst: &Path, locked: bool) -> Result<()> {
+    if locked {
+        os::rename_durably(tmp, dst)
+    } else {
+        os::rename_noreplace_durably(tmp, dst).inspect_err(|_| {
+            let _ = std::fs::remove_file(tmp);
+        })
+    }
+}
+
+/// Refuses to overwrite a file that exists and is not a Chassis file (shorter than the
+/// magic, or without it).
 fn refuse_other_files(dst: &Path) -> Result<()> {
     let head = FileStorage::open(dst, false)?;
-    if head.len()? >= 8 {
-        let mut magic = [0u8; 8];
+    let mut magic = [0u8; 8];
+    let is_chassis = head.len()? >= 8 && {
         head.read_at(0, &mut magic)?;
-        if magic != crate::format::MAGIC {
-            return Err(Error::InvalidArgument(format!(
-                "{} exists and is not a Chassis file; not overwriting it",
-                dst.display()
-            )));
-        }
+        magic == crate::format::MAGIC
+    };
+    if !is_chassis {
+        return Err(Error::InvalidArgument(format!(
+            "{} exists and is not a Chassis file; not overwriting it",
+            dst.display()
+        )));
     }
     Ok(())
 }
 
 /// Replays a patch made by [`crate::Index::backup_patch`] on the copy at `dst` (on another
-/// machine): a full patch writes a new file beside `dst` and renames it over; an incremental
-/// one needs `dst` to hold exactly the patch's base sequence, stamped by a backup
-/// ([`Error::InvalidArgument`] otherwise: ask for a full patch). The fsyncs are replayed
-/// where the sync made them, so a crash leaves `dst` at its previous state or the new one;
-/// then the repair pass runs, as after a backup.
+/// machine).
+///
+/// A full patch writes a new file beside `dst` and renames it over, holding `dst`'s writer
+/// lock from before it starts until the rename is durable ([`Error::Locked`] while a writer
+/// has `dst` open; a file at `dst` that is not a Chassis file is never overwritten).
+///
+/// An incremental one needs `dst` to be a copy of the patch's source file (the same file
+/// identity), at exactly the patch's base state (its sequence, in the same header copy, with
+/// the same header checksum) and stamped by a backup (nothing committed to it since);
+/// otherwise [`Error::InvalidArgument`] and `dst` is left untouched: ask for a full patch.
+/// The fsyncs are replayed where the sync made them, so a crash leaves `dst` at its previous
+/// state or the new one; then the repair pass runs, as after a backup.
+///
+/// A patch is trusted input, like a database file (docs/SCALING.md, "Sync patches"): its
+/// checksum catches damage, these checks catch a patch meant for another replica, but the
+/// bytes it writes are not otherwise validated.
 pub fn apply_patch(dst: impl AsRef<Path>, patch: &[u8]) -> Result<BackupReport> {
     let dst = dst.as_ref();
     let p = Patch::decode(patch)?;
@@ -199,51 +261,64 @@ pub fn apply_patch(dst: impl AsRef<Path>, patch: &[u8]) -> Result<BackupReport> 
         repaired_lists,
     };
     if p.full {
-        if dst.exists() {
+        let held = if dst.exists() {
             refuse_other_files(dst)?;
-        }
+            Some(lock_existing(dst, false)?)
+        } else {
+            None
+        };
         let tmp = temp_path(dst);
-        remove_if_there(&tmp)?;
-        let (t, _) = target(&tmp, true, false)?;
-        storage::replay(&*t, &p)?;
-        drop(t);
-        let lists = repair(&tmp)?;
-        os::rename_durably(&tmp, dst)?;
+        let t = Target::new(FileStorage::claim_temp(&tmp)?, false);
+        storage::replay(&*t.file, &p)?;
+        let lists = repair(&t.file)?;
+        replace(&tmp, dst, held.is_some())?;
+        drop((t, held));
         return Ok(report(None, lists));
     }
+    let refuse = |why: String| {
+        Err(Error::InvalidArgument(format!(
+            "the patch does not apply to {}: {why}; nothing was written (ask for a full patch)",
+            dst.display()
+        )))
+    };
     if !dst.exists() {
-        return Err(Error::InvalidArgument(format!(
-            "{} is missing and the patch is incremental (from sequence {}): ask for a full one",
-            dst.display(),
+        return refuse(format!(
+            "it is missing and the patch is incremental (from sequence {})",
             p.base_sequence
-        )));
+        ));
+    }
+    if p.file_id == [0u8; 16] {
+        return refuse("the patch names no source file (a version 1 patch)".into());
     }
     refuse_other_files(dst)?;
-    let (t, _) = target(dst, false, false)?;
-    let (sequence, copy, stamped) = storage::stamped_sequence(&*t)?;
-    if sequence != p.base_sequence || copy != p.base_copy || !stamped {
-        return Err(Error::InvalidArgument(format!(
-            "the patch applies to a backup at sequence {}, {} holds {}{}: ask for a full one",
-            p.base_sequence,
-            dst.display(),
-            sequence,
-            if stamped {
-                ""
-            } else {
-                " and changed since its last sync"
-            }
-        )));
+    let t = lock_existing(dst, false)?;
+    let base = storage::base_state(&*t.file)?;
+    if base.file_id != p.file_id {
+        return refuse("it is a copy of another file (its file identity differs)".into());
     }
-    storage::replay(&*t, &p)?;
-    let clean = storage::closed_cleanly_at(&*t, p.sequence)?;
+    if base.sequence != p.base_sequence || base.copy != p.base_copy {
+        return refuse(format!(
+            "the patch applies to sequence {}, the copy holds {}",
+            p.base_sequence, base.sequence
+        ));
+    }
+    if !base.stamped {
+        return refuse("something committed to the copy since its last sync".into());
+    }
+    if base.checksum != p.base_checksum {
+        return refuse("its header differs from the one the patch was made against".into());
+    }
+    storage::replay(&*t.file, &p)?;
+    let clean = storage::closed_cleanly_at(&*t.file, p.sequence)?;
+    let lists = if clean { 0 } else { repair(&t.file)? };
     drop(t);
-    let lists = if clean { 0 } else { repair(dst)? };
-    Ok(report(Some(sequence), lists))
+    Ok(report(Some(base.sequence), lists))
 }
 
-/// The repair pass of a writer's open, then a clean close (the sequence stays the same).
-fn repair(path: &Path) -> Result<u64> {
-    let ix = Index::open(path)?;
+/// The repair pass of a writer's open, then a clean close (the sequence stays the same), on
+/// a file the caller holds open and locked (the lock stays the caller's).
+fn repair(file: &Arc<FileStorage>) -> Result<u64> {
+    let ix = Index::open_in(Arc::clone(file) as Arc<dyn Storage>)?;
     let lists = ix.open_report().repaired_lists.unwrap_or(0);
     ix.close_keeping_sequence()?;
     Ok(lists)

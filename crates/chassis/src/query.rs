@@ -38,3 +38,14 @@ pub(crate) fn prepare_vector(metric: Metric, dims: usize, v: &[f32]) -> Result<V
     }
     Ok(v.to_vec())
 }
+
+/// `k` and `ef` bounded by what a search of `live` vectors routing through `slots` slots can
+/// use: `k` at most the live count (at least 1), `ef` at least that `k` and at most the slot
+/// count. Every search applies this before anything is sized or summed by them, so an absurd
+/// argument (`k = 10^11`, `usize::MAX`) answers like `k = live` instead of aborting.
+pub fn bound_k_ef(k: usize, ef: usize, live: u64, slots: u64) -> (usize, usize) {
+    let cap = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).max(1);
+    let k = k.min(cap(live));
+    let ef = ef.max(k).min(cap(slots).max(k));
+    (k, ef)
+}

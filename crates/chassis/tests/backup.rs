@@ -515,6 +515,8 @@ fn a_crash_while_replaying_a_patch_leaves_the_previous_state_or_the_new_one() {
         base_sequence: report.previous_sequence.unwrap(),
         base_copy: report.previous_copy.unwrap(),
         sequence: report.sequence,
+        file_id: [0; 16],
+        base_checksum: 0,
         ops: recorder.take_ops(),
     };
     let patch = Patch::decode(&patch.encode()).unwrap();

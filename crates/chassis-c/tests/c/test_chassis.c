@@ -236,6 +236,40 @@ int main(int argc, char **argv) {
     CHECK(chassis_open(path, &ix) == CHASSIS_STATUS_OK, "reopen");
     CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len after reopen");
 
+    /* The user version, committed with the data; rollback; an absurd k; the file identity. */
+    uint64_t uv = 1;
+    CHECK(chassis_user_version(ix, &uv) == CHASSIS_STATUS_OK && uv == 0, "no user version yet");
+    CHECK(chassis_set_user_version(ix, 77) == CHASSIS_STATUS_OK, "set user version");
+    CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "flush the user version");
+    chassis_reader *uvr = NULL;
+    CHECK(chassis_open_reader(path, &uvr) == CHASSIS_STATUS_OK &&
+              chassis_reader_user_version(uvr, &uv) == CHASSIS_STATUS_OK && uv == 77,
+          "a reader sees the flushed user version");
+    vector(9999, v);
+    CHECK(chassis_add_with_id(ix, 555555, v, DIMS) == CHASSIS_STATUS_OK, "add before rollback");
+    CHECK(chassis_set_user_version(ix, 78) == CHASSIS_STATUS_OK, "set before rollback");
+    CHECK(chassis_rollback(ix) == CHASSIS_STATUS_OK, "rollback");
+    bool has = true;
+    CHECK(chassis_contains(ix, 555555, &has) == CHASSIS_STATUS_OK && !has, "rolled back add is gone");
+    CHECK(chassis_user_version(ix, &uv) == CHASSIS_STATUS_OK && uv == 77, "rolled back version");
+    CHECK(chassis_len(ix, &len) == CHASSIS_STATUS_OK && len == 2 * N - 100, "len after rollback");
+    /* k far past the live count: clamped, never sized by the argument. */
+    uint64_t all_ids[2 * N];
+    CHECK(chassis_search(ix, v, DIMS, SIZE_MAX, SIZE_MAX, all_ids, NULL, &found) == CHASSIS_STATUS_OK &&
+              found == 2 * N - 100,
+          "k = SIZE_MAX answers every live vector: %zu", found);
+    CHECK(chassis_reader_search(uvr, v, DIMS, (size_t)100000000000ULL, 0, all_ids, NULL, &found) ==
+                  CHASSIS_STATUS_OK && found == 2 * N - 100,
+          "reader: k = 10^11");
+    chassis_reader_close(uvr);
+    char file_id[33];
+    size_t id_len = 0;
+    CHECK(chassis_file_id(ix, file_id, sizeof file_id, &id_len) == CHASSIS_STATUS_OK && id_len == 32 &&
+              strlen(file_id) == 32,
+          "file identity");
+    CHECK(chassis_file_id(ix, file_id, 8, &id_len) == CHASSIS_STATUS_BUFFER_TOO_SMALL && id_len == 32,
+          "file identity, short buffer");
+
     /* Metadata and filtered search, as JSON text. */
     char doc[64];
     for (int i = 0; i < 50; i++) {

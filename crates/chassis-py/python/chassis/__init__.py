@@ -16,7 +16,8 @@ search while one process writes, and whose format later releases will keep readi
 Errors are ``chassis.ChassisError`` subclasses: ``CorruptError`` (``NotChassisFileError``),
 ``TooNewError``, ``LockedError``, ``PoisonedError``, ``ReadOnlyError``,
 ``DimensionMismatchError``, ``InvalidVectorError``, ``DuplicateIdError``, ``NotFoundError``,
-``InvalidArgumentError``, ``FullError`` and ``StorageError``; each message says what to do.
+``InvalidArgumentError`` (``IdsExhaustedError``), ``FullError`` and ``StorageError``; each
+message says what to do.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ._chassis import (  # noqa: F401,E402  (re-exported)
     DimensionMismatchError,
     DuplicateIdError,
     FullError,
+    IdsExhaustedError,
     InvalidArgumentError,
     InvalidVectorError,
     LockedError,
@@ -79,12 +81,22 @@ __all__ = [
     "DuplicateIdError",
     "NotFoundError",
     "InvalidArgumentError",
+    "IdsExhaustedError",
     "FullError",
     "StorageError",
 ]
 
 #: The id ``search`` puts where fewer than k results exist (its distance is ``inf``).
 MISSING_ID = np.iinfo(np.uint64).max
+
+#: ``search`` pads its answer to ``k`` columns for any ``k`` up to this; a larger ``k`` than
+#: the number of live vectors is first lowered to that number (so an absurd ``k`` returns
+#: every live vector instead of allocating ``rows × k``).
+MAX_PADDED_K = 65_536
+
+#: The most results (rows × columns) one ``search`` call may return; past it the call raises
+#: :class:`InvalidArgumentError` before allocating anything (split the batch).
+MAX_ANSWER_CELLS = 1 << 28
 
 
 def _matrix(x, dims: int, what: str) -> np.ndarray:
@@ -168,15 +180,21 @@ def _ids(x, what: str = "ids") -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
+#: Past this a ``k`` or ``ef`` means "as many as there are": it is lowered before it reaches
+#: the native call (which takes 64-bit sizes).
+_HUGE = 1 << 62
+
+
 def _k_ef(k, ef):
-    """``k`` and ``ef`` checked, ``ef`` defaulting to max(64, k)."""
+    """``k`` and ``ef`` checked, ``ef`` defaulting to max(64, k). Huge values are lowered to
+    2**62 (each search then lowers them to the live count); below 1 is an error."""
     k = int(k)
     if k < 1:
         raise InvalidArgumentError("k must be at least 1")
     ef = max(64, k) if ef is None else int(ef)
     if ef < 1:
         raise InvalidArgumentError("ef must be at least 1")
-    return k, ef
+    return min(k, _HUGE), min(ef, _HUGE)
 
 
 class Index:
@@ -386,7 +404,9 @@ class Index:
 
         Returns ``(ids, distances)``: uint64 and float32 arrays of shape (n, k) (n = 1 for a
         1-D query). Where fewer than k live vectors exist, rows are padded with
-        :data:`MISSING_ID` and ``inf``.
+        :data:`MISSING_ID` and ``inf``. A ``k`` above both :data:`MAX_PADDED_K` and the live
+        count is lowered to the live count (the arrays are then that wide); an answer of more
+        than :data:`MAX_ANSWER_CELLS` results raises :class:`InvalidArgumentError`.
         """
         q = _matrix(queries, self.dims, "queries")
         k, ef = _k_ef(k, ef)
@@ -406,8 +426,34 @@ class Index:
         return self._raw.search(q, k, ef, threads, filters)
 
     def flush(self) -> None:
-        """Make every add and delete since the last flush durable, all together."""
+        """Make every add and delete since the last flush durable, all together (with the
+        user version set since, if any)."""
         self._raw.flush()
+
+    def rollback(self) -> None:
+        """Discard every add, delete, metadata change and user version set since the last
+        flush, keeping the writer's lock: this handle's searches see the flushed state again
+        at once, as readers always did. Pairs a flush with the application's own transaction
+        (SQLite, Postgres): flush after your commit, roll back after your rollback. Ids the
+        discarded adds got automatically are given again by the next adds."""
+        self._raw.rollback()
+
+    @property
+    def user_version(self) -> int:
+        """A number of the application's (a transaction id, a log position) committed with
+        the data: set it before :meth:`flush`, and every reader sees exactly the version that
+        was flushed with the state it reads, after any crash. On a writer this is the value
+        the next flush commits; on a read-only handle, the newest committed one. A file with
+        a non-zero user version needs a release that knows it to be written (write
+        version 8)."""
+        return int(self._raw.user_version())
+
+    @user_version.setter
+    def user_version(self, version: int) -> None:
+        version = int(version)
+        if not 0 <= version <= MISSING_ID:
+            raise InvalidArgumentError(f"user_version must fit in 64 bits unsigned, got {version}")
+        self._raw.set_user_version(version)
 
     def compact(
         self,
@@ -623,11 +669,40 @@ class Collection:
 
     def add(self, vectors, ids=None, metadata=None) -> np.ndarray:
         """Add rows (as :meth:`Index.add`): each shard takes its rows as one batch, the shards
-        in parallel. Without ``ids`` the collection assigns them (one above every id stored).
-        Returns the ids. Durable at :meth:`flush`."""
+        in parallel. Without ``ids`` the collection assigns them (one above every id stored;
+        never the same id twice, even after a failed call). Returns the ids. Durable at
+        :meth:`flush`.
+
+        All or nothing: every row is checked first (dimensions, finite values, metadata
+        limits, an id given twice or already live), before any shard is written; a failure
+        after that (an I/O error in one shard) takes back what the other shards added, so
+        searches see the collection as before the call and the next flush publishes nothing
+        of it. Retrying the same call then works."""
         v = _matrix(vectors, self._dims, "vectors")
         ids = None if ids is None else _ids(ids)
+        if ids is not None and ids.shape[0] != v.shape[0]:
+            raise InvalidArgumentError(f"{ids.shape[0]} ids for {v.shape[0]} vectors")
         return self._raw.add(v, ids, _docs(metadata, v.shape[0]))
+
+    def upsert(self, vectors, ids, metadata=None) -> None:
+        """Store each row under its id: an add where the id is not live, a replacement of
+        vector and metadata where it is. All or nothing, as :meth:`add` (an id given twice
+        in one call raises :class:`DuplicateIdError`). Durable at :meth:`flush`."""
+        v = _matrix(vectors, self._dims, "vectors")
+        ids = _ids(ids)
+        if ids.shape[0] != v.shape[0]:
+            raise InvalidArgumentError(f"{ids.shape[0]} ids for {v.shape[0]} vectors")
+        self._raw.upsert(v, ids, _docs(metadata, v.shape[0]))
+
+    def set_metadata(self, ids, metadata) -> None:
+        """Replace the metadata of one id (a dict) or several (a list of dicts), keeping the
+        vectors. All or nothing: every id must be live (:class:`NotFoundError`) and every
+        document valid before any shard changes. Durable at :meth:`flush`."""
+        ids = _ids(ids)
+        docs = _docs(metadata, ids.shape[0])
+        if docs is None:
+            raise InvalidArgumentError("set_metadata needs the metadata to store")
+        self._raw.set_metadata(ids, docs)
 
     def search(self, queries, k: int = 10, ef: int | None = None, threads: int = 0, filter=None):
         """The ``k`` nearest live vectors of each query over every shard, nearest first, as
@@ -641,8 +716,8 @@ class Collection:
         return self._raw.search(q, k, ef, int(threads), f)
 
     def delete(self, ids) -> None:
-        """Delete ids (each from its shard; within a shard all or nothing). Durable at
-        :meth:`flush`."""
+        """Delete ids, all or nothing: :class:`NotFoundError`, with nothing deleted, if one
+        is not live. Durable at :meth:`flush`."""
         self._raw.delete(_ids(ids))
 
     def get(self, ids):

@@ -4,20 +4,30 @@
 //! copy the same contents and the same crash safety as the sync that recorded them
 //! (`storage/backup.rs` argues the order).
 //!
-//! Layout (little-endian): magic `CHPATCH\0`, version u32 (1), flags u32 (bit 0: full copy,
+//! Layout (little-endian): magic `CHPATCH\0`, version u32 (2), flags u32 (bit 0: full copy,
 //! replay into a new file; bit 1: the base sequence is in header copy B), base sequence u64
 //! (the destination's sequence the patch applies to; `u64::MAX` for a full copy), sequence
-//! u64 (what it leaves), op count u64, then the ops:
+//! u64 (what it leaves), op count u64; from version 2, the source's file identity (16 bytes)
+//! and the base header's checksum u64 (the checksum field of the destination's header copy
+//! at the base sequence; 0 for a full copy); then the ops:
 //! tag u8 (1 write: offset u64, length u64, bytes; 2 grow: length u64; 3 sync), then xxh3-64
 //! of everything before it. Decoding checks every bound and the checksum before anything is
-//! replayed; it never panics on any input.
+//! replayed; it never panics on any input. Version 1 (no identity, no base checksum) is still
+//! decoded: its full patches apply, its incremental ones are refused (nothing in them says
+//! which file they belong to).
+//!
+//! A patch is trusted input, as a database file is: its checksum catches damage in transit,
+//! and `apply_patch` checks that an incremental one belongs to the replica (identity, base
+//! sequence, base header checksum, the backup stamp), but the bytes it writes at its offsets
+//! are not otherwise validated until the repair pass opens the result. Apply patches only
+//! from a source you trust (docs/SCALING.md).
 
 use crate::error::{Error, Result};
 
 /// `CHPATCH\0`.
 pub const MAGIC: [u8; 8] = *b"CHPATCH\0";
-/// The layout version this release writes and reads.
-pub const VERSION: u32 = 1;
+/// The layout version this release writes (it reads 1 and 2).
+pub const VERSION: u32 = 2;
 /// Flag bit 0: the patch is a full copy (replay into a new file).
 pub const FLAG_FULL: u32 = 1;
 /// Flag bit 1: the base sequence is in header copy B (A otherwise).
@@ -54,6 +64,12 @@ pub struct Patch {
     pub base_copy: usize,
     /// The sequence the destination holds after it.
     pub sequence: u64,
+    /// The source file's identity (all zero in a version 1 patch, or from a source that has
+    /// none).
+    pub file_id: [u8; 16],
+    /// The checksum field of the destination's header at the base sequence (0 for a full
+    /// copy, or in a version 1 patch).
+    pub base_checksum: u64,
     /// The steps, in order.
     pub ops: Vec<Op>,
 }
@@ -84,6 +100,8 @@ impl Patch {
         b.extend_from_slice(&self.base_sequence.to_le_bytes());
         b.extend_from_slice(&self.sequence.to_le_bytes());
         b.extend_from_slice(&(self.ops.len() as u64).to_le_bytes());
+        b.extend_from_slice(&self.file_id);
+        b.extend_from_slice(&self.base_checksum.to_le_bytes());
         for op in &self.ops {
             match op {
                 Op::Write { offset, bytes } => {
@@ -115,9 +133,9 @@ impl Patch {
             return Err(bad("checksum mismatch (truncated or damaged)"));
         }
         let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-        if version != VERSION {
+        if version != 1 && version != VERSION {
             return Err(bad(&format!(
-                "version {version}, this release reads {VERSION}"
+                "version {version}, this release reads 1 and {VERSION}"
             )));
         }
         let flags = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
@@ -128,6 +146,14 @@ impl Patch {
         let sequence = super::u64_at(b, 24);
         let count = super::u64_at(b, 32);
         let mut cur = Cursor { b: body, at: HEAD };
+        let mut file_id = [0u8; 16];
+        let mut base_checksum = 0;
+        if version >= 2 {
+            let id = cur.take(16).ok_or_else(|| bad("truncated head"))?;
+            file_id.copy_from_slice(id);
+            let sum = cur.take(8).ok_or_else(|| bad("truncated head"))?;
+            base_checksum = super::u64_at(sum, 0);
+        }
         let mut ops = Vec::new();
         for _ in 0..count {
             let tag = cur.take(1).ok_or_else(|| bad("an op past the end"))?[0];
@@ -159,6 +185,8 @@ impl Patch {
             base_sequence,
             base_copy: usize::from(flags & FLAG_BASE_IN_B != 0),
             sequence,
+            file_id,
+            base_checksum,
             ops,
         })
     }
@@ -189,6 +217,8 @@ mod tests {
             base_sequence: 4,
             base_copy: 1,
             sequence: 9,
+            file_id: [3; 16],
+            base_checksum: 0xDEAD_BEEF,
             ops: vec![
                 Op::Write {
                     offset: 131_072,
@@ -212,5 +242,31 @@ mod tests {
         let mut flipped = b.clone();
         flipped[50] ^= 1;
         assert!(Patch::decode(&flipped).is_err());
+    }
+
+    /// A version 1 patch (written before identities) still decodes, with no identity and
+    /// no base checksum: apply_patch then takes only its full form.
+    #[test]
+    fn version_1_decodes_without_identity() {
+        let p = Patch {
+            full: true,
+            base_sequence: NO_BASE,
+            base_copy: 0,
+            sequence: 3,
+            file_id: [0; 16],
+            base_checksum: 0,
+            ops: vec![Op::Grow(4096), Op::Sync],
+        };
+        let v2 = p.encode();
+        // Version 1: the same head without the identity and base checksum.
+        let mut v1 = v2[..HEAD].to_vec();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&v2[HEAD + 24..v2.len() - 8]);
+        let sum = xxhash_rust::xxh3::xxh3_64(&v1);
+        v1.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(Patch::decode(&v1).unwrap(), p);
+        let mut v3 = v2.clone();
+        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert!(Patch::decode(&v3).is_err());
     }
 }

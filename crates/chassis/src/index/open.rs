@@ -76,9 +76,14 @@ pub(super) fn not_ours_to_write(h: &Header) -> Option<&'static str> {
 impl Writer {
     pub(super) fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer> {
         let path = path.as_ref();
-        let new = options.validate()?;
         let storage = FileStorage::create(path)?;
         storage.try_lock_exclusive()?;
+        Writer::create_at(storage, path, options)
+    }
+
+    /// Creates the index in `storage`, an empty file the caller opened at `path` and locked.
+    pub(super) fn create_at(storage: FileStorage, path: &Path, options: Options) -> Result<Writer> {
+        let new = options.validate()?;
         let store = Store::create(Arc::new(storage), &new)?;
         Writer::from_store(store, Some(path.to_path_buf()), None)
     }

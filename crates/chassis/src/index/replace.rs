@@ -133,13 +133,9 @@ impl Writer {
             )));
         }
         let tmp = compacting_path(&path);
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
-        let storage = FileStorage::create(&tmp)?;
-        storage.try_lock_exclusive()?;
+        // A leftover of a compaction that stopped is emptied and reused, never unlinked
+        // under a process that may still hold it.
+        let storage = FileStorage::claim_temp(&tmp)?;
         storage.sync_dir()?;
         let (mut new, report) =
             self.compact_into_with_progress(Arc::new(storage), options, progress)?;
@@ -238,6 +234,8 @@ impl Writer {
         }
         progress(live.len(), live.len());
         new.next_id = self.next_id;
+        // The application's version describes the data, which the new file holds unchanged.
+        new.user_version = self.user_version;
         // Without the custom-id flag, lookups rely on id = slot, which also needs the next
         // index-assigned id to be the next slot.
         if renumbered || self.flags & FLAG_CUSTOM_IDS != 0 || new.next_id != u64::from(new.count) {
@@ -418,12 +416,8 @@ impl Writer {
             .ef_construction(h.ef_construction.max(1));
         opts.max_layers = opts.max_layers.max(h.max_level.max(0) as usize + 1);
         let tmp = migrating_path(dst);
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
-        let mut ix = Writer::create(&tmp, opts)?;
+        // Claimed, not removed: a migration still writing it keeps it ([`Error::Locked`]).
+        let mut ix = Writer::create_at(FileStorage::claim_temp(&tmp)?, &tmp, opts)?;
         let n = u32::try_from(h.count).map_err(|_| Error::Full {
             max: u64::from(u32::MAX),
         })?;
@@ -496,7 +490,9 @@ impl Writer {
         ix.check_walk_on_graph();
         ix.flush()?;
         progress(h.count, h.count);
-        crate::os::rename_durably(&tmp, dst)?;
+        // Nothing was at `dst` when this began, so no lock there is held: the rename refuses
+        // to replace a file that appeared meanwhile.
+        crate::os::rename_noreplace_durably(&tmp, dst)?;
         ix.path = Some(dst.to_path_buf());
         Ok(ix)
     }

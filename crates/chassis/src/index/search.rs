@@ -116,6 +116,8 @@ impl Published {
         let q = self.prepare(query)?;
         let routing = self.routing();
         let want = k.min(self.len_at(routing));
+        let (k, ef) =
+            crate::query::bound_k_ef(k, ef, self.len_at(routing) as u64, u64::from(routing));
         let Some((ep, max_layer)) = self.entry else {
             return Ok(Vec::new());
         };
@@ -189,6 +191,8 @@ impl Published {
             .collect::<Result<Vec<_>>>()?;
         let routing = self.routing();
         let want = k.min(self.len_at(routing));
+        let (k, ef) =
+            crate::query::bound_k_ef(k, ef, self.len_at(routing) as u64, u64::from(routing));
         let Some((ep, max_layer)) = self.entry else {
             return Ok(vec![Vec::new(); queries.len()]);
         };
@@ -303,6 +307,8 @@ impl Published {
         filter.validate()?;
         let q = self.prepare(query)?;
         let routing = self.routing();
+        let (k, ef) =
+            crate::query::bound_k_ef(k, ef, self.len_at(routing) as u64, u64::from(routing));
         let fields = filter.fields();
         let filters = &self.shared.filters;
         if !read(filters).ready(&fields, routing) {

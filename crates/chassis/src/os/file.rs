@@ -41,6 +41,26 @@ impl FileStorage {
         Ok(FileStorage::wrap(file, path, true))
     }
 
+    /// Claims the temporary file a replacement writes before renaming it over its
+    /// destination (`<name>.compacting`, `.migrating`, a backup's): opens it, creating it if
+    /// missing, takes its lock ([`Error::Locked`] while another process writes it), checks
+    /// the path still names the file locked, and empties it (a leftover of a run that
+    /// stopped). Never unlinks a file another process may be writing.
+    pub fn claim_temp(path: &Path) -> Result<FileStorage> {
+        for _ in 0..100 {
+            let f = FileStorage::create(path)?;
+            f.try_lock_exclusive()?;
+            if f.still_at_path()? {
+                f.file.set_len(0)?;
+                return Ok(f);
+            }
+        }
+        Err(Error::Io(io::Error::other(format!(
+            "{} keeps being replaced while claiming it",
+            path.display()
+        ))))
+    }
+
     fn wrap(file: File, path: &Path, writable: bool) -> FileStorage {
         FileStorage {
             file: Arc::new(file),
@@ -241,6 +261,22 @@ pub(super) fn sync_dir(path: &Path) -> Result<()> {
     platform::sync_dir(path)
 }
 
+pub(super) fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
+    platform::rename_noreplace(from, to)
+}
+
+/// The error of a rename that would have replaced a file.
+fn already_there(to: &Path) -> Error {
+    Error::Io(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{} appeared meanwhile; nothing was replaced (a file at the path is never \
+             overwritten unless its writer lock was taken first)",
+            to.display()
+        ),
+    ))
+}
+
 /// Unix (Linux, where Chassis is built and tested; macOS and the BSDs, type-checked only).
 /// Mappings that the kernel may back with 2 MiB pages. A search touches vectors all over a
 /// segment, so with 4 KiB pages nearly every vector costs a TLB miss; a file page can be mapped
@@ -399,6 +435,31 @@ mod platform {
         Ok(std::fs::rename(from, to)?)
     }
 
+    /// Renames `from` to `to` only if nothing is at `to` (atomically: RENAME_NOREPLACE on
+    /// Linux; elsewhere, or where the file system lacks it, a hard link that fails if `to`
+    /// exists, then the old name removed).
+    pub fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::{renameat_with, RenameFlags, CWD};
+            use rustix::io::Errno;
+            match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+                Ok(()) => return Ok(()),
+                Err(Errno::EXIST) => return Err(super::already_there(to)),
+                Err(Errno::INVAL | Errno::NOSYS) => {}
+                Err(e) => return Err(Error::Io(e.into())),
+            }
+        }
+        match std::fs::hard_link(from, to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(super::already_there(to))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(std::fs::remove_file(from)?)
+    }
+
     // The stat field types differ across platforms: the casts are not no-ops everywhere.
     #[allow(clippy::unnecessary_cast)]
     fn identity_of(st: &rustix::fs::Stat) -> FileIdentity {
@@ -510,6 +571,20 @@ mod platform {
         };
         if ok == 0 {
             return Err(Error::Io(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    pub fn rename_noreplace(from: &Path, to: &Path) -> Result<()> {
+        let (f, t) = (wide(from), wide(to));
+        // SAFETY: both are NUL-terminated UTF-16 strings that outlive the call.
+        let ok = unsafe { MoveFileExW(f.as_ptr(), t.as_ptr(), MOVEFILE_WRITE_THROUGH) };
+        if ok == 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                return Err(super::already_there(to));
+            }
+            return Err(Error::Io(e));
         }
         Ok(())
     }

@@ -109,6 +109,14 @@ pub fn sync_dir_of(path: &std::path::Path) -> Result<()> {
     file::sync_dir(path)
 }
 
+/// Renames `from` to `to` only when no file is at `to` (atomic on Linux), then makes the
+/// directory entry durable: for a replacement that found nothing at its destination and so
+/// holds no lock there ([`crate::Error::Io`] with `AlreadyExists` if one appeared).
+pub fn rename_noreplace_durably(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    file::rename_noreplace(from, to)?;
+    sync_dir_of(to)
+}
+
 /// Renames `from` over `to` (atomic on POSIX), then makes the directory entry durable.
 pub fn rename_durably(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
     rename(from, to)?;

@@ -506,6 +506,7 @@ impl IndexReader {
         if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {
             return Ok(Vec::new());
         }
+        let (k, ef) = crate::query::bound_k_ef(k, ef, snap.len(), snap.routing_count());
         let view = View::new(self, snap);
         let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
         let distances_before = scratch.distance_count;
@@ -577,6 +578,7 @@ impl IndexReader {
         if want == 0 || h.committed_count == 0 || h.entry_point == header::NO_ENTRY {
             return Ok(vec![Vec::new(); queries.len()]);
         }
+        let (k, ef) = crate::query::bound_k_ef(k, ef, snap.len(), snap.routing_count());
         let view = View::new(self, &snap);
         let mut scratch = lock(&self.scratch).pop().unwrap_or_default();
         let distances_before = scratch.distance_count;
@@ -763,6 +765,7 @@ impl IndexReader {
         }
         filter.validate()?;
         let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, query)?);
+        let (k, ef) = crate::query::bound_k_ef(k, ef, snap.len(), snap.routing_count());
         let h = &snap.header;
         let view = View::new(self, snap);
         let n = h.committed_count.min(u64::from(u32::MAX)) as u32;

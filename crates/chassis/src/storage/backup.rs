@@ -172,7 +172,29 @@ fn committed_in(h: &Header, k: u64, count: u64) -> u64 {
 }
 
 /// Why `d` (the destination's header and tables) is not an earlier state of `s`, if it isn't.
+/// First of all the file identity: only a copy of this very file (the same random identity,
+/// made when the file was created) is an earlier state of it. A file rebuilt at the same
+/// path with the same options shares everything else below; a file written before
+/// identities has none, and is never synced incrementally.
 fn lineage(s: &Header, st: &Tables, d: &Header, dt: &Tables) -> Option<String> {
+    if !crate::mutants::active(crate::mutants::Mutant::SyncIgnoresIdentity) {
+        if !s.has_identity() {
+            return Some(
+                "the source has no file identity yet (written before identities; its next \
+                 flush gives it one)"
+                    .into(),
+            );
+        }
+        if d.file_id != s.file_id {
+            return Some(if d.has_identity() {
+                "it is a copy of another file (its file identity differs: a file rebuilt or \
+                 compacted at the source's path is a new file)"
+                    .into()
+            } else {
+                "it has no file identity (written before identities)".into()
+            });
+        }
+    }
     let same = s.dims == d.dims
         && s.metric == d.metric
         && s.m == d.m
@@ -706,11 +728,36 @@ pub fn replay(dst: &dyn Storage, patch: &Patch) -> Result<()> {
     Ok(())
 }
 
-/// The header sequence of `s` and whether its backup stamp names it: what a patch checks
-/// before it is replayed.
-pub fn stamped_sequence(s: &dyn Storage) -> Result<(u64, usize, bool)> {
+/// What a patch checks of its destination before it is replayed ([`base_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseState {
+    /// The current header's sequence.
+    pub sequence: u64,
+    /// Which copy holds it (0 = A).
+    pub copy: usize,
+    /// Whether its backup stamp names that sequence (nothing committed since a backup).
+    pub stamped: bool,
+    /// The current header copy's checksum field.
+    pub checksum: u64,
+    /// The file's identity.
+    pub file_id: [u8; 16],
+}
+
+/// The state a patch would be applied to at `s` (or recorded against).
+pub fn base_state(s: &dyn Storage) -> Result<BaseState> {
     let (h, copy) = crate::storage::read_current_header(s)?;
-    Ok((h.sequence, copy, stamp_of(s, copy)? == Some(h.sequence)))
+    let sum = read(
+        s,
+        format::header_offset(copy) + header::at::CHECKSUM as u64,
+        8,
+    )?;
+    Ok(BaseState {
+        sequence: h.sequence,
+        copy,
+        stamped: stamp_of(s, copy)? == Some(h.sequence),
+        checksum: u64_at(&sum, 0),
+        file_id: h.file_id,
+    })
 }
 
 /// Whether the live page of `s` holds the clean-close marker for `sequence`.

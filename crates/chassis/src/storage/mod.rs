@@ -24,7 +24,7 @@ use headers::is_unborn;
 pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
 pub use backup::{
-    closed_cleanly_at, replay, stamped_sequence, sync_state, Recorder, SyncOutcome, SyncReport,
+    base_state, closed_cleanly_at, replay, sync_state, BaseState, Recorder, SyncOutcome, SyncReport,
 };
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
