@@ -76,6 +76,8 @@ pub(super) fn not_ours_to_write(h: &Header) -> Option<&'static str> {
 impl Writer {
     pub(super) fn create(path: impl AsRef<Path>, options: Options) -> Result<Writer> {
         let path = path.as_ref();
+        // Bad options are refused before any file is made.
+        options.validate()?;
         let storage = FileStorage::create(path)?;
         storage.try_lock_exclusive()?;
         Writer::create_at(storage, path, options)
