@@ -1,0 +1,45 @@
+//! Scratch experiment (not committed): build a file from fvecs, then search it.
+//!     exp BASE.fvecs Q.fvecs GT.ivecs OUT.chassis metric threads efs
+use std::time::Instant;
+use chassis::{Index, IndexReader, Metric, Options};
+use chassis_bench::{read_fvecs, read_ivecs};
+fn main() {
+    let a: Vec<String> = std::env::args().skip(1).collect();
+    let base = read_fvecs(std::path::Path::new(&a[0])).unwrap();
+    let qs = read_fvecs(std::path::Path::new(&a[1])).unwrap();
+    let gt = read_ivecs(std::path::Path::new(&a[2]));
+    let out = &a[3];
+    let metric = Metric::parse(&a[4]).unwrap();
+    let threads: usize = a[5].parse().unwrap();
+    let efs: Vec<usize> = a[6].split(',').map(|x| x.parse().unwrap()).collect();
+    let dims = base.dims;
+    if !std::path::Path::new(out).exists() {
+        let mut o = Options::new(dims, metric).m(16).ef_construction(200);
+        if std::env::var("F3").is_ok() { o = o.vector_layout(chassis::VectorLayout::F32); }
+        let ix = Index::create(out, o).unwrap();
+        let t = Instant::now();
+        ix.add_batch(&base.data, threads).unwrap();
+        ix.flush().unwrap();
+        println!("build {:.1}s", t.elapsed().as_secs_f64());
+        ix.close().unwrap();
+    }
+    let r = IndexReader::open(out).unwrap();
+    let rows: Vec<&[f32]> = qs.data.chunks(dims).collect();
+    for &ef in &efs {
+        r.search_many(&rows, 10, ef).unwrap();
+        let d0 = r.search_distance_count();
+        let mut best = f64::MAX; let mut hits = 0;
+        for rep in 0..3 {
+            let t = Instant::now();
+            let res = r.search_many(&rows, 10, ef).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+            if rep == 0 {
+                for (h, g) in res.iter().zip(&gt) {
+                    hits += h.iter().filter(|n| g[..10].contains(&(n.id as i32))).count();
+                }
+            }
+        }
+        let dpq = (r.search_distance_count() - d0) as f64 / (3.0 * rows.len() as f64);
+        println!("ef {ef}: recall {:.4} qps {:.0} dist/q {:.0}", hits as f64 / (10.0 * rows.len() as f64), rows.len() as f64 / best, dpq);
+    }
+}
