@@ -16,6 +16,9 @@ For each dataset:
    sweep, the systems take turns in a rotating order; each turn runs every query once as one
    single-threaded batch call (QPS) and once one call per query (p50 and p99 latency).
    Medians over repetitions are reported;
+   Every worker process is pinned (sched_setaffinity): the cold and search processes to one
+   core, the same for every system; a T-thread build to T cores, so a system that builds on
+   every core it may use (chassisdb) builds on T like the others;
 4. distance computations per query at each ef (FAISS and USearch report theirs; Chassis counts
    its own; hnswlib's are counted by count_hnswlib.cpp, compiled against hnswlib's headers).
 
@@ -82,7 +85,26 @@ def file_sizes(paths):
 # ---- workers (each runs in its own process) ---------------------------------------------
 
 
+def pin(cpus):
+    """Keeps this process (and every thread it starts) on `cpus`: the same one core for every
+    system's search, T cores for a T-thread build."""
+    os.sched_setaffinity(0, set(cpus))
+
+
+def search_cpu():
+    """The core every search runs on: the last one (the first takes most of the machine's
+    interrupts), or CHASSIS_BENCH_CPU."""
+    return int(os.environ.get("CHASSIS_BENCH_CPU", max(os.sched_getaffinity(0))))
+
+
+def build_cpus(threads):
+    """The cores a `threads`-thread build runs on: the search core and the ones below it."""
+    top = search_cpu()
+    return [(top - i) % os.cpu_count() for i in range(threads)]
+
+
 def worker_build(a):
+    pin(build_cpus(a.threads))
     base, _, _, metric = data.load(a.dataset, a.limit)
     sysm = SYSTEMS[a.system]
     path = Path(a.path)
@@ -121,6 +143,7 @@ def evict(paths):
 
 
 def worker_cold(a):
+    pin([search_cpu()])
     _, queries, gt, metric = data.load(a.dataset, a.limit, need_base=False)
     sysm = SYSTEMS[a.system]
     path = Path(a.path)
@@ -156,6 +179,7 @@ def worker_cold(a):
 
 
 def worker_search(a):
+    pin([search_cpu()])
     _, queries, gt, metric = data.load(a.dataset, a.limit, need_base=False)
     names = a.systems.split(",")
     # Every run's search starts from the same page cache: each system's files evicted, as the
@@ -400,6 +424,10 @@ def main():
             "reps": a.reps,
             "date": time.strftime("%Y-%m-%d"),
             "machine": machine(),
+            "pinning": {
+                "search_cpu": search_cpu(),
+                "build_cpus": {str(t): build_cpus(t) for t in sorted(set(threads) | {1})},
+            },
             "versions": {x: SYSTEMS[x].version() for x in names},
             "build": builds,
             "cold": cold,

@@ -1,5 +1,6 @@
 """The systems behind one small interface, with the same parameters for each: Chassis (with
-and without int8 or int4 codes), hnswlib, FAISS and USearch (f32 and its own int8).
+and without int8 or int4 codes, f32 or f16 vectors), hnswlib, FAISS, USearch (f32 and its own
+int8) and chassisdb, the upstream engine of Chassis's specification (full and half precision).
 
 Every adapter builds from a float32 matrix with M = 16 and ef_construction = 200, saves to one
 file, opens that file in another process, and searches with one thread at a given ef. Cosine
@@ -73,6 +74,77 @@ class ChassisInt4(Chassis):
 
     name = "chassis-int4"
     codes = "int4"
+
+
+class ChassisDB:
+    """`chassisdb` (PyPI), the engine the design record Chassis implements came from, with
+    full-precision (f32) vectors. Its search beam is fixed when an index is opened
+    (`IndexOptions(ef_search=...)`), so each ef of the sweep gets its own read-only handle on
+    the same file (a mapping: opening costs microseconds), made once and reused. Its batch add
+    links on every core the process may use: the harness's CPU affinity makes "one thread" one
+    core for it as for the others."""
+
+    name = "chassisdb"
+    parallel_build = True
+    precision = "full"
+
+    def version(self):
+        import importlib.metadata as md
+
+        return md.version("chassisdb")
+
+    def _metric(self, metric):
+        if metric not in ("cosine", "l2"):
+            raise SystemExit(f"chassisdb has no {metric} metric")
+        return {"cosine": "cosine", "l2": "euclidean"}[metric]
+
+    def _options(self, metric, **kw):
+        import chassisdb
+
+        return chassisdb.IndexOptions(
+            max_connections=M,
+            ef_construction=EF_CONSTRUCTION,
+            metric=self._metric(metric),
+            precision=self.precision,
+            **kw,
+        )
+
+    def build(self, path, base, metric, threads):
+        import chassisdb
+
+        ix = chassisdb.VectorIndex(str(path), base.shape[1], self._options(metric))
+        ix.add_batch(base, ids=np.arange(len(base), dtype=np.uint64))
+        ix.flush()
+        ix.close()
+
+    def open(self, path, metric, dims):
+        return {"path": str(path), "metric": metric, "dims": dims, "by_ef": {}}
+
+    def _handle(self, h, ef):
+        import chassisdb
+
+        if ef not in h["by_ef"]:
+            h["by_ef"][ef] = chassisdb.VectorIndex(
+                h["path"], h["dims"], self._options(h["metric"], ef_search=ef), read_only=True
+            )
+        return h["by_ef"][ef]
+
+    def search(self, h, queries, k, ef):
+        ids, _ = self._handle(h, ef).search_batch(queries, k=k)
+        return ids
+
+    # chassisdb reports no distance count.
+    distance_count = None
+
+    def files(self, path):
+        return [path]
+
+
+class ChassisDBHalf(ChassisDB):
+    """chassisdb with half-precision (IEEE f16) vectors: half the vector bytes."""
+
+    name = "chassisdb-half"
+    precision = "half"
 
 
 class Hnswlib:
@@ -255,5 +327,7 @@ SYSTEMS = {
         Usearch(),
         UsearchI8(),
         UsearchI8View(),
+        ChassisDB(),
+        ChassisDBHalf(),
     ]
 }

@@ -12,6 +12,17 @@
 #include <stdlib.h>
 
 // `codes` of [`chassis_create_codes`]: no codes (searches walk by the vectors).
+// Format 3: vectors as f32 (`chassis_create_format`, `chassis_create_codes`).
+#define CHASSIS_FORMAT_F32 3
+
+// Format 4, the default: f32 values stored as split halves, walked by their high halves.
+#define CHASSIS_FORMAT_SPLIT 4
+
+// Half precision (read version 5): each value stored as an IEEE binary16, rounded to
+// nearest when added (a magnitude of 65,520 or more is `CHASSIS_STATUS_INVALID_VECTOR`); half
+// the vector bytes; distances exact to the stored values, which `chassis_get` returns.
+#define CHASSIS_FORMAT_F16 5
+
 #define CHASSIS_CODES_NONE 0
 
 // `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
@@ -167,9 +178,11 @@ enum chassis_status chassis_create(const char *path,
                                    size_t ef_construction,
                                    struct chassis_index **out_index);
 
-// [`chassis_create`] in a chosen file format: 4 (split halves, walked faster; the default of
-// `chassis_create`) or 3 (f32 vectors, for files that releases reading only format 3 must
-// open). Any other `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+// [`chassis_create`] in a chosen file format: 4 (`CHASSIS_FORMAT_SPLIT`: split halves, walked
+// faster; the default of `chassis_create`), 3 (`CHASSIS_FORMAT_F32`: f32 vectors, for files
+// that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
+// precision, half the vector bytes, each value rounded to the nearest binary16). Any other
+// `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 //
 // Thread safety: any thread.
 //

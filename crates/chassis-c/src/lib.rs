@@ -77,6 +77,15 @@ pub enum chassis_metric {
 }
 
 /// `codes` of [`chassis_create_codes`]: no codes (searches walk by the vectors).
+/// Format 3: vectors as f32 (`chassis_create_format`, `chassis_create_codes`).
+pub const CHASSIS_FORMAT_F32: u32 = 3;
+/// Format 4, the default: f32 values stored as split halves, walked by their high halves.
+pub const CHASSIS_FORMAT_SPLIT: u32 = 4;
+/// Half precision (read version 5): each value stored as an IEEE binary16, rounded to
+/// nearest when added (a magnitude of 65,520 or more is `CHASSIS_STATUS_INVALID_VECTOR`); half
+/// the vector bytes; distances exact to the stored values, which `chassis_get` returns.
+pub const CHASSIS_FORMAT_F16: u32 = 5;
+
 pub const CHASSIS_CODES_NONE: u32 = 0;
 /// `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
 pub const CHASSIS_CODES_INT8: u32 = 1;
@@ -248,10 +257,11 @@ fn metric_code(m: Metric) -> chassis_metric {
 /// The vector layout of file format `format` (3 or 4).
 fn layout_of(format: u32) -> Result<VectorLayout, Fail> {
     match format {
-        3 => Ok(VectorLayout::F32),
-        4 => Ok(VectorLayout::SplitHalves),
+        CHASSIS_FORMAT_F32 => Ok(VectorLayout::F32),
+        CHASSIS_FORMAT_SPLIT => Ok(VectorLayout::SplitHalves),
+        CHASSIS_FORMAT_F16 => Ok(VectorLayout::F16),
         f => Err(Error::InvalidArgument(format!(
-            "format must be 3 (f32 vectors) or 4 (split halves), got {f}"
+            "format must be 3 (f32 vectors), 4 (split halves) or 5 (half precision), got {f}"
         ))
         .into()),
     }
@@ -260,8 +270,9 @@ fn layout_of(format: u32) -> Result<VectorLayout, Fail> {
 /// The file format a vector layout belongs to.
 fn format_of(layout: VectorLayout) -> u32 {
     match layout {
-        VectorLayout::F32 => 3,
-        VectorLayout::SplitHalves => 4,
+        VectorLayout::F32 => CHASSIS_FORMAT_F32,
+        VectorLayout::SplitHalves => CHASSIS_FORMAT_SPLIT,
+        VectorLayout::F16 => CHASSIS_FORMAT_F16,
     }
 }
 
@@ -359,12 +370,24 @@ pub unsafe extern "C" fn chassis_create(
     out_index: *mut *mut chassis_index,
 ) -> chassis_status {
     // SAFETY: this function's contract is `chassis_create_format`'s.
-    unsafe { chassis_create_format(path, dims, metric, m, ef_construction, 4, out_index) }
+    unsafe {
+        chassis_create_format(
+            path,
+            dims,
+            metric,
+            m,
+            ef_construction,
+            CHASSIS_FORMAT_SPLIT,
+            out_index,
+        )
+    }
 }
 
-/// [`chassis_create`] in a chosen file format: 4 (split halves, walked faster; the default of
-/// `chassis_create`) or 3 (f32 vectors, for files that releases reading only format 3 must
-/// open). Any other `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
+/// [`chassis_create`] in a chosen file format: 4 (`CHASSIS_FORMAT_SPLIT`: split halves, walked
+/// faster; the default of `chassis_create`), 3 (`CHASSIS_FORMAT_F32`: f32 vectors, for files
+/// that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
+/// precision, half the vector bytes, each value rounded to the nearest binary16). Any other
+/// `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 ///
 /// Thread safety: any thread.
 ///

@@ -368,6 +368,7 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "metadata_bytes": meta.bytes, "metadata_vectors": meta.vectors,
                 "metadata_fields": fields_json, "indexed_fields": meta.indexed,
                 "codes": i.codes.name(), "codes_trained": i.codes_trained,
+                "precision": chassis::Precision::of(i.vector_layout).name(),
                 "file_id": i.file_id, "user_version": i.user_version,
             })
         );
@@ -384,6 +385,8 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
         i.versions.1,
         match (i.vector_layout, i.exact_walk) {
             (chassis::VectorLayout::F32, _) => "f32 (format 3)",
+            (chassis::VectorLayout::F16, _) =>
+                "half precision (format 5): f16 values, distances exact to them",
             (_, false) => "split halves (format 4), walked by high halves",
             (_, true) => "split halves (format 4), walked exactly (inner product, or data too fine for halves)",
         }

@@ -54,6 +54,10 @@ enum Command {
         /// codes have write version 6, with int4 codes 7.
         #[arg(long, value_parser = parse_codes, default_value = "none")]
         codes: chassis::CodeKind,
+        /// Precision of the stored vectors: f32 (the default) or f16 (half the vector bytes,
+        /// each value rounded to the nearest half float; format 5, read version 5).
+        #[arg(long, value_parser = parse_precision, default_value = "f32")]
+        precision: chassis::Precision,
     },
     /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
@@ -266,6 +270,9 @@ enum Command {
         /// Codes of the new file: none, int8 or int4. Default: keep the file's.
         #[arg(long, value_parser = parse_codes)]
         codes: Option<chassis::CodeKind>,
+        /// Precision of the new file's vectors: f32 or f16. Default: keep the file's.
+        #[arg(long, value_parser = parse_precision)]
+        precision: Option<chassis::Precision>,
         /// Keep the graph instead of rebuilding it, its slots renumbered so that neighbors sit
         /// near each other in the file (faster searches, same answers). Needs no deleted
         /// vectors and the same M and ef_construction.
@@ -341,10 +348,33 @@ fn parse_format(s: &str) -> Result<chassis::VectorLayout, String> {
     match s {
         "3" => Ok(chassis::VectorLayout::F32),
         "4" => Ok(chassis::VectorLayout::SplitHalves),
+        "5" => Ok(chassis::VectorLayout::F16),
         _ => Err(format!(
-            "unknown format '{s}' (3: f32 vectors; 4: split halves, the default)"
+            "unknown format '{s}' (3: f32 vectors; 4: split halves, the default; 5: half \
+             precision)"
         )),
     }
+}
+
+fn parse_precision(s: &str) -> Result<chassis::Precision, String> {
+    chassis::Precision::parse(s)
+        .ok_or_else(|| format!("unknown precision '{s}' (f32, the default, or f16)"))
+}
+
+/// The layout a `--format` and a `--precision` name together (f16 is format 5).
+fn layout_with(
+    format: Option<chassis::VectorLayout>,
+    precision: Option<chassis::Precision>,
+) -> Result<Option<chassis::VectorLayout>> {
+    use chassis::{Precision, VectorLayout};
+    Ok(match (format, precision) {
+        (Some(VectorLayout::F32), Some(Precision::F16)) => {
+            anyhow::bail!("--format 3 stores f32 vectors; --precision f16 is format 5")
+        }
+        (_, Some(Precision::F16)) => Some(VectorLayout::F16),
+        (Some(VectorLayout::F16) | None, Some(Precision::F32)) => Some(VectorLayout::SplitHalves),
+        (f, _) => f,
+    })
 }
 
 fn parse_codes(s: &str) -> Result<chassis::CodeKind, String> {
@@ -380,11 +410,13 @@ fn run(cli: Cli) -> Result<()> {
             ef_construction,
             format,
             codes,
+            precision,
         } => {
+            let layout = layout_with(Some(format), Some(precision))?.unwrap_or(format);
             let opts = Options::new(dims, metric)
                 .m(m)
                 .ef_construction(ef_construction)
-                .vector_layout(format)
+                .vector_layout(layout)
                 .codes(codes);
             Index::create(&path, opts)
                 .with_context(|| format!("cannot create {}", path.display()))?;
@@ -520,8 +552,10 @@ fn run(cli: Cli) -> Result<()> {
             threads,
             format,
             codes,
+            precision,
             keep_graph,
         } => {
+            let format = layout_with(format, precision)?;
             let index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
             let bar = progress(index.len() as u64, "compacting");

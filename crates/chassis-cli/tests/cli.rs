@@ -1061,3 +1061,65 @@ fn codes_are_chosen_at_create_and_by_compaction() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown codes 'pq'"));
 }
+
+/// `--precision f16`: a half-precision file (format 5) that imports, searches each stored
+/// vector as its own nearest, says so in `info`, and compacts back to f32.
+#[test]
+fn half_precision_files_from_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("h.chassis");
+    let ps = p.to_str().unwrap();
+    let base = data(200, 12);
+    let fvecs = dir.path().join("base.fvecs");
+    write_fvecs(&fvecs, &base);
+    ok(&[
+        "create",
+        ps,
+        "--dims",
+        "12",
+        "--metric",
+        "l2",
+        "--precision",
+        "f16",
+    ]);
+    ok(&["import", ps, fvecs.to_str().unwrap()]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", ps, "--json"])).unwrap();
+    assert_eq!(info["precision"], "f16");
+    assert_eq!(info["read_version"], 5);
+    let q = dir.path().join("q.fvecs");
+    write_fvecs(&q, &[base[17].clone()]);
+    let out = ok(&[
+        "search",
+        ps,
+        "--query-file",
+        q.to_str().unwrap(),
+        "-k",
+        "1",
+        "--json",
+    ]);
+    let hit: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(hit["ids"][0], 17, "{out}");
+    fails(
+        &[
+            "create",
+            &format!("{ps}.x"),
+            "--dims",
+            "4",
+            "--metric",
+            "l2",
+            "--format",
+            "3",
+            "--precision",
+            "f16",
+        ],
+        1,
+        "format 5",
+    );
+    ok(&["compact", ps, "--precision", "f32"]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", ps, "--json"])).unwrap();
+    assert_eq!(
+        (info["precision"].as_str(), info["read_version"].as_u64()),
+        (Some("f32"), Some(4))
+    );
+    assert!(ok(&["check", ps]).contains("ok"));
+}

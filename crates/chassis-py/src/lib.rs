@@ -237,10 +237,37 @@ fn layout_of(format: u32) -> PyResult<VectorLayout> {
     match format {
         3 => Ok(VectorLayout::F32),
         4 => Ok(VectorLayout::SplitHalves),
+        5 => Ok(VectorLayout::F16),
         f => Err(InvalidArgumentError::new_err(format!(
-            "format must be 3 (f32 vectors) or 4 (split halves), got {f}"
+            "format must be 3 (f32 vectors), 4 (split halves) or 5 (half precision), got {f}"
         ))),
     }
+}
+
+/// The layout `format` and `precision` name together (`precision="f16"` is format 5; with
+/// format 3 it is a contradiction).
+fn layout_with(format: Option<u32>, precision: Option<&str>) -> PyResult<Option<VectorLayout>> {
+    let precision = precision
+        .map(|p| {
+            chassis::Precision::parse(p).ok_or_else(|| {
+                InvalidArgumentError::new_err(format!(
+                    "precision must be 'f32' or 'f16', got {p:?}"
+                ))
+            })
+        })
+        .transpose()?;
+    let layout = format.map(layout_of).transpose()?;
+    Ok(match (layout, precision) {
+        (Some(VectorLayout::F32), Some(chassis::Precision::F16)) => {
+            return Err(InvalidArgumentError::new_err(
+                "format 3 stores f32 vectors: half precision is format 5 (leave format out)",
+            ))
+        }
+        (_, Some(chassis::Precision::F16)) => Some(VectorLayout::F16),
+        (Some(VectorLayout::F16), Some(chassis::Precision::F32)) => Some(VectorLayout::SplitHalves),
+        (None, Some(chassis::Precision::F32)) => Some(VectorLayout::SplitHalves),
+        (l, _) => l,
+    })
 }
 
 /// The options `create` takes from Python.
@@ -251,11 +278,13 @@ fn options_of(
     ef_construction: usize,
     format: u32,
     codes: &str,
+    precision: &str,
 ) -> PyResult<Options> {
+    let layout = layout_with(Some(format), Some(precision))?.unwrap_or_default();
     Ok(Options::new(dims, metric_of(metric)?)
         .m(m)
         .ef_construction(ef_construction)
-        .vector_layout(layout_of(format)?)
+        .vector_layout(layout)
         .codes(codes_of(codes)?))
 }
 
@@ -273,6 +302,7 @@ fn format_of(layout: VectorLayout) -> u32 {
     match layout {
         VectorLayout::F32 => 3,
         VectorLayout::SplitHalves => 4,
+        VectorLayout::F16 => 5,
     }
 }
 
@@ -289,8 +319,9 @@ impl RawIndex {
         ef_construction: usize,
         format: u32,
         codes: &str,
+        precision: &str,
     ) -> PyResult<RawIndex> {
-        let opts = options_of(dims, metric, m, ef_construction, format, codes)?;
+        let opts = options_of(dims, metric, m, ef_construction, format, codes, precision)?;
         let p = path.clone();
         let ix = py
             .allow_threads(|| Index::create(&p, opts))
@@ -564,8 +595,9 @@ impl RawIndex {
         format: Option<u32>,
         codes: Option<&str>,
         keep_graph: bool,
+        precision: Option<&str>,
     ) -> PyResult<()> {
-        let vector_layout = format.map(layout_of).transpose()?;
+        let vector_layout = layout_with(format, precision)?;
         let codes = codes.map(codes_of).transpose()?;
         py.allow_threads(|| {
             self.with_writer(|ix| {
@@ -732,6 +764,7 @@ impl RawIndex {
                 d.set_item("read_version", i.versions.0)?;
                 d.set_item("write_version", i.versions.1)?;
                 d.set_item("format", format_of(i.vector_layout))?;
+                d.set_item("precision", chassis::Precision::of(i.vector_layout).name())?;
                 d.set_item("codes", i.codes.name())?;
                 d.set_item("codes_trained", i.codes_trained)?;
                 d.set_item("metadata_bytes", i.metadata_bytes)?;
@@ -759,6 +792,7 @@ impl RawIndex {
                 d.set_item("read_version", h.read_version)?;
                 d.set_item("write_version", h.write_version)?;
                 d.set_item("format", format_of(h.layout()))?;
+                d.set_item("precision", chassis::Precision::of(h.layout()).name())?;
                 d.set_item("metadata_bytes", snap.metadata_bytes())?;
                 d.set_item("indexed_fields", r.indexed_fields())?;
                 d.set_item("file_id", snap.file_id())?;
@@ -815,8 +849,9 @@ impl RawCollection {
         ef_construction: usize,
         format: u32,
         codes: &str,
+        precision: &str,
     ) -> PyResult<RawCollection> {
-        let opts = options_of(dims, metric, m, ef_construction, format, codes)?;
+        let opts = options_of(dims, metric, m, ef_construction, format, codes, precision)?;
         let c = py
             .allow_threads(|| Collection::create(&path, opts, shards))
             .map_err(to_py)?;

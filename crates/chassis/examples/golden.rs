@@ -316,6 +316,34 @@ fn recipes() -> Vec<Recipe> {
             make: user_version,
         },
         Recipe {
+            name: "f5-f16-metadata",
+            about: "half precision (vector layout 2, read version 5), squared L2, 400 x 9 (an \
+                    odd count: each vector padded with a zero half), with metadata as \
+                    f4-metadata (12 replaced by set_metadata, 5 by upsert, 10 deleted)",
+            make: |p| with_metadata(p, VectorLayout::F16, Metric::L2Squared, 400, 9, 108),
+        },
+        Recipe {
+            name: "f5-f16-int4",
+            about: "half precision with int4 codes (read version 5, write version 7), cosine, \
+                    1,500 x 17, M 8, 20 deleted: codes trained from the stored halves",
+            make: |p| {
+                with_codes(
+                    p,
+                    VectorLayout::F16,
+                    Metric::Cosine,
+                    1500,
+                    17,
+                    111,
+                    CodeKind::Int4,
+                )
+            },
+        },
+        Recipe {
+            name: "f5-f16-ip",
+            about: "half precision, inner product, 800 x 16, M 8, all committed",
+            make: |p| plain(p, VectorLayout::F16, Metric::InnerProduct, 800, 16, 8, 110),
+        },
+        Recipe {
             name: "f3-metadata",
             about: "format 3 with metadata (read version 3, write version 5), squared L2, \
                     400 x 8, as f4-metadata",
@@ -395,11 +423,14 @@ fn with_metadata(
     }
     ix.flush().unwrap();
     assert_eq!(ix.info().unwrap().versions.1, 5);
+    // Dropped with nothing pending: closed cleanly (f4-metadata and f3-metadata were written
+    // by a release before the clean-close marker, whose files say otherwise).
+    drop(ix);
     Made {
-        note: "all committed",
+        note: "all committed; closed cleanly (dropped after a flush)",
         deleted,
         recovery: None,
-        clean_close: false,
+        clean_close: true,
     }
 }
 
@@ -455,11 +486,14 @@ fn plain(
     let ix = Index::create(p, options(layout, metric, dims, m)).unwrap();
     ix.add_batch(&flat(&data), 1).unwrap();
     ix.flush().unwrap();
+    // Dropped with nothing pending: closed cleanly (the format 3 and 4 files of this recipe
+    // were written by a release before the clean-close marker, whose files say otherwise).
+    drop(ix);
     Made {
-        note: "all committed",
+        note: "all committed; closed cleanly (dropped after a flush)",
         deleted: vec![],
         recovery: None,
-        clean_close: false,
+        clean_close: true,
     }
 }
 
@@ -915,7 +949,7 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
         "read_version": h.read_version,
         "write_version": h.write_version,
         "flags": h.flags,
-        "vector_layout": match info.vector_layout { VectorLayout::F32 => "f32", VectorLayout::SplitHalves => "split_halves" },
+        "vector_layout": match info.vector_layout { VectorLayout::F32 => "f32", VectorLayout::SplitHalves => "split_halves", VectorLayout::F16 => "f16" },
         "dims": info.dims,
         "metric": metric.name(),
         "m": info.m,

@@ -53,8 +53,8 @@ pub use format::vector::VectorLayout;
 pub use graph::distance::{Metric, SimdLevel};
 pub use index::{
     compacting_path, migrating_path, CheckReport, CompactOptions, CompactReport, Index, Info,
-    OpenReport, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M, DEFAULT_MAX_LAYERS,
-    DEFAULT_SEED,
+    OpenReport, Options, Precision, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
+    DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };
 pub use os::budget::{resident_bytes, set_resident_limit};
 pub use query::Neighbor;

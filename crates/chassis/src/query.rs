@@ -49,3 +49,22 @@ pub fn bound_k_ef(k: usize, ef: usize, live: u64, slots: u64) -> (usize, usize) 
     let ef = ef.max(k).min(cap(slots).max(k));
     (k, ef)
 }
+
+/// Rounds every value of `v` to the nearest IEEE binary16 (ties to even), as a half precision
+/// file stores it; [`Error::InvalidVector`] for a value half precision can't hold (a
+/// magnitude of 65,520 or more rounds to infinity; the largest half is 65,504).
+pub fn round_to_f16(v: &mut [f32]) -> Result<()> {
+    use crate::format::vector::{from_f16, to_f16, F16_LIMIT};
+    if let Some((j, x)) = v.iter().enumerate().find(|(_, x)| x.abs() >= F16_LIMIT) {
+        return Err(Error::InvalidVector {
+            reason: format!(
+                "component {j} is {x}: beyond half precision's range (magnitudes below 65,520; \
+                 the file stores f16)"
+            ),
+        });
+    }
+    for x in v.iter_mut() {
+        *x = from_f16(to_f16(*x));
+    }
+    Ok(())
+}

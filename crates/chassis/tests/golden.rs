@@ -52,6 +52,7 @@ impl Golden {
         match self.expect["vector_layout"].as_str().unwrap() {
             "f32" => VectorLayout::F32,
             "split_halves" => VectorLayout::SplitHalves,
+            "f16" => VectorLayout::F16,
             other => panic!("{}: layout {other}", self.name),
         }
     }
@@ -634,7 +635,7 @@ fn a_newer_read_version_is_too_new_before_the_checksum() {
         let path = g.copy_to(dir.path());
         let mut bytes = fs::read(&path).unwrap();
         for base in [0usize, 65_536] {
-            bytes[base + 8..base + 12].copy_from_slice(&5u32.to_le_bytes());
+            bytes[base + 8..base + 12].copy_from_slice(&6u32.to_le_bytes());
             // Everything after the version is garbage to this release, checksum included.
             for b in &mut bytes[base + 12..base + 240] {
                 *b = 0xA5;
@@ -643,7 +644,7 @@ fn a_newer_read_version_is_too_new_before_the_checksum() {
         fs::write(&path, &bytes).unwrap();
         let too_new = |r: chassis::Result<()>| {
             assert!(
-                matches!(r, Err(Error::TooNew { read_version: 5 })),
+                matches!(r, Err(Error::TooNew { read_version: 6 })),
                 "{name}: {r:?}"
             )
         };

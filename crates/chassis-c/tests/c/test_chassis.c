@@ -373,9 +373,9 @@ int main(int argc, char **argv) {
               info.metric == CHASSIS_METRIC_COSINE && info.m == 8 && info.ef_construction == 50,
           "format 3 info: format %u read %u", info.format, info.read_version);
     chassis_close(ix);
-    snprintf(path3, sizeof path3, "%s/f5.chassis", dir);
-    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 5, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
-          "format 5 refused");
+    snprintf(path3, sizeof path3, "%s/f6.chassis", dir);
+    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 6, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "format 6 refused");
 
     /* Int8 codes: chosen at create, trained at 1,000 vectors, exact distances, by compaction. */
     {
@@ -431,6 +431,35 @@ int main(int argc, char **argv) {
         CHECK(chassis_migrate_hnswlib(hnswlib_file, dst, CHASSIS_METRIC_L2, &ix) == CHASSIS_STATUS_IO &&
                   strstr(chassis_last_error_message(), "exists") != NULL,
               "migrate refuses an existing destination");
+    }
+
+    /* Half precision (format 5): values rounded to the nearest half, a value out of range
+     * refused, distances exact to the stored values. */
+    {
+        char hpath[4096];
+        snprintf(hpath, sizeof hpath, "%s/half.chassis", dir);
+        chassis_index *h = NULL;
+        CHECK(chassis_create_codes(hpath, 4, CHASSIS_METRIC_L2, 8, 32, CHASSIS_FORMAT_F16, CHASSIS_CODES_NONE,
+                                   &h) == CHASSIS_STATUS_OK,
+              "create f16");
+        float hv[4] = {1.0f / 3.0f, 1000.1f, -2.5f, 0.0f};
+        uint64_t hid = 0;
+        CHECK(chassis_add(h, hv, 4, &hid) == CHASSIS_STATUS_OK, "add f16");
+        float big[4] = {1.0f, 70000.0f, 0.0f, 0.0f};
+        CHECK(chassis_add(h, big, 4, NULL) == CHASSIS_STATUS_INVALID_VECTOR, "f16 range");
+        float back[4];
+        CHECK(chassis_get(h, hid, back, 4) == CHASSIS_STATUS_OK && back[0] == 0.333251953125f &&
+                  back[1] == 1000.0f && back[2] == -2.5f,
+              "f16 values rounded: %f %f", back[0], back[1]);
+        uint64_t hids[1];
+        float hd[1];
+        size_t hf = 0;
+        CHECK(chassis_search(h, back, 4, 1, 16, hids, hd, &hf) == CHASSIS_STATUS_OK && hf == 1 && hd[0] == 0.0f,
+              "f16 finds itself at distance 0");
+        chassis_index_info hi;
+        CHECK(chassis_info(h, &hi) == CHASSIS_STATUS_OK && hi.format == CHASSIS_FORMAT_F16 && hi.read_version == 5,
+              "f16 info");
+        chassis_close(h);
     }
 
     if (failures) {

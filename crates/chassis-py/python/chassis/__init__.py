@@ -245,6 +245,7 @@ class Index:
         ef_construction: int = 200,
         format: int = 4,
         codes: str = "none",
+        precision: str = "f32",
     ) -> "Index":
         """Create a new index file at ``path`` (which must not exist) and open it as the writer.
 
@@ -260,11 +261,18 @@ class Index:
         keeps half a byte per dimension, for files larger than memory (ranked by a likely
         bound rather than a proved one). Files with int8 codes have write version 6, with
         int4 codes 7.
+
+        ``precision="f16"`` stores each value as an IEEE half float (format 5): half the
+        vector bytes, each value rounded to the nearest half (about three significant digits)
+        when it is added, and a value of magnitude 65,520 or more refused
+        (:class:`InvalidVectorError`). Queries stay f32; every returned distance is exact to
+        the stored values, and ``get`` returns them (the rounded values). Combines with
+        ``codes``. Releases before half precision refuse such a file (read version 5).
         """
         return cls._wrap(
             _RawIndex.create(
                 str(path), int(dims), metric, int(M), int(ef_construction), int(format),
-                str(codes),
+                str(codes), str(precision),
             )
         )
 
@@ -463,6 +471,7 @@ class Index:
         format: int | None = None,
         codes: str | None = None,
         keep_graph: bool = False,
+        precision: str | None = None,
     ) -> None:
         """Rewrite the index into a new file with only its live vectors and a rebuilt graph,
         then rename it over the path: reclaims deleted vectors' space and is the only way to
@@ -474,7 +483,9 @@ class Index:
         neighbors sit near each other in the file (searches then read fewer pages and cache
         lines, and answer exactly as before); it needs no deleted vectors and the same ``M``
         and ``ef_construction``, else ``InvalidArgumentError`` and nothing changes. Readers in
-        other processes move to the new file by themselves."""
+        other processes move to the new file by themselves. ``precision``: ``"f16"`` rewrites
+        the vectors in half precision (each value rounded), ``"f32"`` back to f32 (the halves
+        widen exactly); default: keep the file's."""
         self._raw.compact(
             M,
             ef_construction,
@@ -482,6 +493,7 @@ class Index:
             None if format is None else int(format),
             None if codes is None else str(codes),
             bool(keep_graph),
+            None if precision is None else str(precision),
         )
 
     def backup(self, dst) -> dict:
@@ -638,6 +650,7 @@ class Collection:
         ef_construction: int = 200,
         format: int = 4,
         codes: str = "none",
+        precision: str = "f32",
     ) -> "Collection":
         """Create a collection of ``shards`` empty shards in the directory ``path`` (created
         if missing; it must not hold a collection) and open it as the writer. The other
@@ -652,6 +665,7 @@ class Collection:
                 int(ef_construction),
                 int(format),
                 str(codes),
+                str(precision),
             )
         )
 

@@ -13,6 +13,7 @@
 //! and overflow-free for slot numbers below 2^32.
 
 use super::codes::{CodeKind, AUX_BYTES};
+use super::vector::VectorLayout;
 use super::{record, MAX_SEGMENT_BYTES};
 
 /// How a file divides its slots into segments and its heaps into chunks. Recorded in the
@@ -51,8 +52,20 @@ impl Geometry {
     /// [`Geometry::for_layout`] for a file that keeps `codes` (its segments hold more bytes
     /// per slot, so fewer slots fit 256 MiB).
     pub fn for_slots(dims: u32, m: u32, max_layers: u32, codes: CodeKind) -> Geometry {
+        Geometry::for_file(dims, m, max_layers, VectorLayout::F32, codes)
+    }
+
+    /// [`Geometry::for_slots`] for vectors stored in `layout` (half precision takes half the
+    /// bytes, so more slots fit 256 MiB).
+    pub fn for_file(
+        dims: u32,
+        m: u32,
+        max_layers: u32,
+        layout: VectorLayout,
+        codes: CodeKind,
+    ) -> Geometry {
         let base = 10;
-        let slot_bytes = SegmentLayout::slot_bytes_with(dims, m, codes);
+        let slot_bytes = SegmentLayout::slot_bytes_for(dims, m, layout, codes);
         let mut k = 0;
         while base + k < MAX_SEGMENT_LOG2
             && (1u64 << (base + k + 1)) * slot_bytes <= MAX_SEGMENT_BYTES
@@ -242,15 +255,36 @@ impl SegmentLayout {
         SegmentLayout::slot_bytes(dims, m) + codes.slot_bytes(dims)
     }
 
+    /// Bytes one slot takes across every array of a file storing vectors in `layout` and
+    /// keeping `codes`.
+    pub fn slot_bytes_for(dims: u32, m: u32, layout: VectorLayout, codes: CodeKind) -> u64 {
+        record::SLOT_HEADER_BYTES
+            + layout.vector_bytes(dims)
+            + record::level0_record_bytes(m)
+            + codes.slot_bytes(dims)
+    }
+
     /// The layout of a segment of `slots` slots in a file without codes.
     pub fn new(slots: u64, dims: u32, m: u32) -> SegmentLayout {
         SegmentLayout::with_codes(slots, dims, m, CodeKind::None)
     }
 
-    /// The layout of a segment of `slots` slots in a file keeping `codes`.
+    /// The layout of a segment of `slots` slots in a file keeping `codes` (4-byte values).
     pub fn with_codes(slots: u64, dims: u32, m: u32, codes: CodeKind) -> SegmentLayout {
+        SegmentLayout::of(slots, dims, m, VectorLayout::F32, codes)
+    }
+
+    /// The layout of a segment of `slots` slots in a file storing vectors in `layout` and
+    /// keeping `codes`: vectors take [`VectorLayout::vector_bytes`] each.
+    pub fn of(
+        slots: u64,
+        dims: u32,
+        m: u32,
+        layout: VectorLayout,
+        codes: CodeKind,
+    ) -> SegmentLayout {
         let vectors_at = record::SLOT_HEADER_BYTES * slots;
-        let records_at = vectors_at + 4 * u64::from(dims) * slots;
+        let records_at = vectors_at + layout.vector_bytes(dims) * slots;
         let aux_at = records_at + record::level0_record_bytes(m) * slots;
         let code_bytes = codes.code_bytes(dims);
         let (codes_at, bytes) = if code_bytes == 0 {

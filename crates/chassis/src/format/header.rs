@@ -222,10 +222,11 @@ impl Header {
 
     /// The layout of segment `k` (its arrays as this release reads them).
     pub fn segment_layout(&self, k: u64) -> super::geometry::SegmentLayout {
-        super::geometry::SegmentLayout::with_codes(
+        super::geometry::SegmentLayout::of(
             self.geometry.segment_slots(k),
             self.dims,
             self.m,
+            self.layout(),
             self.code_kind(),
         )
     }
@@ -648,8 +649,8 @@ pub(crate) mod tests {
 
     pub(crate) fn sample() -> Header {
         Header {
-            read_version: READ_VERSION,
-            write_version: READ_VERSION,
+            read_version: 4,
+            write_version: 4,
             flags: 0,
             dims: 7,
             metric: METRIC_COSINE,
@@ -761,11 +762,11 @@ pub(crate) mod tests {
     #[test]
     fn newer_read_version_is_too_new_before_the_checksum() {
         let mut b = sample().encode();
-        put_u32(&mut b, at::READ_VERSION, 5);
+        put_u32(&mut b, at::READ_VERSION, READ_VERSION + 1);
         // The checksum no longer matches, yet the answer is TooNew, not Corrupt.
         assert!(matches!(
             Header::decode(&b, 0),
-            Err(Error::TooNew { read_version: 5 })
+            Err(Error::TooNew { read_version }) if read_version == READ_VERSION + 1
         ));
     }
 
@@ -781,6 +782,13 @@ pub(crate) mod tests {
         assert_eq!(Header::decode(&h.encode(), 0).ok(), Some(h.clone()));
         h.read_version = 4;
         h.vector_layout = 2;
+        assert!(
+            matches!(Header::decode(&h.encode(), 0), Err(Error::Corrupt { .. })),
+            "half precision needs read version 5"
+        );
+        h.read_version = 5;
+        assert_eq!(Header::decode(&h.encode(), 0).ok(), Some(h.clone()));
+        h.vector_layout = 3;
         assert!(matches!(
             Header::decode(&h.encode(), 0),
             Err(Error::Corrupt { .. })

@@ -27,7 +27,7 @@ pub const MAGIC: [u8; 8] = *b"CHASSIS\0";
 /// The newest read version this release can read (decision 7). New files get the read
 /// version their vector layout needs ([`vector::VectorLayout::read_version`]): 4 for the
 /// default split halves, 3 for f32.
-pub const READ_VERSION: u32 = 4;
+pub const READ_VERSION: u32 = 5;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.

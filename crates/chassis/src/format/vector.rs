@@ -1,15 +1,19 @@
-//! Vector layouts: how a slot's `4 · dims` vector bytes hold its f32 values.
+//! Vector layouts: how a slot's vector bytes ([`VectorLayout::vector_bytes`]) hold its values.
 //!
 //! Format 3 stores each value as a little-endian f32 ([`VectorLayout::F32`]). Format 4 splits
 //! the same bits in two halves ([`VectorLayout::SplitHalves`]): first the high 16 bits of every
 //! value (sign, exponent and 7 mantissa bits: a bfloat16 truncation of it), as `dims`
 //! little-endian u16, then the low 16 bits of every value, as `dims` little-endian u16. Both
-//! layouts take the same bytes and hold the same values bit for bit; the split one lets a
+//! layouts take `4 · dims` bytes and hold the same values bit for bit; the split one lets a
 //! search read half of each vector while it walks the graph, and the whole vector only for
-//! the results it returns.
+//! the results it returns. Half precision ([`VectorLayout::F16`], read version 5) stores each
+//! value as an IEEE 754 binary16 (`dims` little-endian u16, padded to a multiple of 4 bytes
+//! with a zero half): half the bytes, each value rounded to nearest (ties to even) when it is
+//! stored; the stored halves are the vector from then on.
 //!
 //! Invariant: [`encode`] then [`VectorRef::decode_into`] over the mapped bytes gives back `v`
-//! bit for bit, for every f32 (NaN payloads included), in both layouts.
+//! bit for bit, for every f32 (NaN payloads included), in the f32 and split layouts; in F16,
+//! every value rounded to the nearest half ([`to_f16`]), and decoding again gives the same.
 
 /// How vector values are laid out in a slot's vector bytes (header field `vector_layout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -19,12 +23,21 @@ pub enum VectorLayout {
     /// Format 4: `dims` little-endian u16 high halves, then `dims` u16 low halves.
     #[default]
     SplitHalves,
+    /// Half precision (read version 5): `dims` little-endian IEEE binary16, padded to a
+    /// multiple of 4 bytes.
+    F16,
 }
 
 /// Header code of [`VectorLayout::F32`].
 pub const LAYOUT_F32: u32 = 0;
 /// Header code of [`VectorLayout::SplitHalves`].
 pub const LAYOUT_SPLIT_HALVES: u32 = 1;
+/// Header code of [`VectorLayout::F16`].
+pub const LAYOUT_F16: u32 = 2;
+
+/// The largest magnitude a finite f32 may have to be stored in half precision: from 65,520
+/// on it rounds to infinity (the largest half is 65,504).
+pub const F16_LIMIT: f32 = 65_520.0;
 
 impl VectorLayout {
     /// The header code.
@@ -32,6 +45,7 @@ impl VectorLayout {
         match self {
             VectorLayout::F32 => LAYOUT_F32,
             VectorLayout::SplitHalves => LAYOUT_SPLIT_HALVES,
+            VectorLayout::F16 => LAYOUT_F16,
         }
     }
 
@@ -40,17 +54,47 @@ impl VectorLayout {
         match code {
             LAYOUT_F32 => Some(VectorLayout::F32),
             LAYOUT_SPLIT_HALVES => Some(VectorLayout::SplitHalves),
+            LAYOUT_F16 => Some(VectorLayout::F16),
             _ => None,
         }
     }
 
-    /// The oldest read version that knows this layout (format 3 knows only f32).
+    /// The oldest read version that knows this layout (format 3 knows only f32, format 4
+    /// split halves too; half precision needs read version 5: a release before it would take
+    /// the halves for f32 values).
     pub fn read_version(self) -> u32 {
         match self {
             VectorLayout::F32 => 3,
             VectorLayout::SplitHalves => 4,
+            VectorLayout::F16 => 5,
         }
     }
+
+    /// Bytes one vector of `dims` values takes: `4 · dims`, or `4 · ⌈dims / 2⌉` in half
+    /// precision (every vector starts 4-aligned).
+    pub fn vector_bytes(self, dims: u32) -> u64 {
+        match self {
+            VectorLayout::F32 | VectorLayout::SplitHalves => 4 * u64::from(dims),
+            VectorLayout::F16 => 4 * u64::from(dims).div_ceil(2),
+        }
+    }
+
+    /// Whether the values stored are the values given (half precision rounds them).
+    pub fn exact(self) -> bool {
+        self != VectorLayout::F16
+    }
+}
+
+/// The IEEE binary16 nearest to `x` (ties to even), as its bits.
+#[inline]
+pub fn to_f16(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}
+
+/// The f32 a binary16 stands for (exact: every half is an f32).
+#[inline]
+pub fn from_f16(h: u16) -> f32 {
+    half::f16::from_bits(h).to_f32()
 }
 
 /// A stored vector as mapped from a file: its values in the file's layout (the slices point
@@ -64,6 +108,8 @@ pub enum VectorRef<'a> {
     /// The same, in a file whose searches must walk by exact distances (its data is too fine
     /// for high halves; header flag `exact_walk`).
     SplitExact(&'a [u16]),
+    /// [`VectorLayout::F16`]: `dims` binary16 values (the padding half is not in the slice).
+    F16(&'a [u16]),
     /// A vector's code ([`super::codes`]; an int4 one packed, two values to a byte) and the
     /// codebook it was coded with: what a
     /// search walks by in a file with codes. It stands for an approximation only: the exact
@@ -78,6 +124,7 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => v.len(),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => h.len() / 2,
+            VectorRef::F16(h) => h.len(),
             VectorRef::Code(_, book) => book.dims(),
         }
     }
@@ -93,7 +140,7 @@ impl<'a> VectorRef<'a> {
     pub fn as_ptr(&self) -> *const u8 {
         match self {
             VectorRef::F32(v) => v.as_ptr().cast(),
-            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.as_ptr().cast(),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) | VectorRef::F16(h) => h.as_ptr().cast(),
             VectorRef::Code(c, _) => c.as_ptr(),
         }
     }
@@ -105,7 +152,17 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => 4 * v.len(),
             VectorRef::Split(h) => h.len(),
-            VectorRef::SplitExact(h) => 2 * h.len(),
+            VectorRef::SplitExact(h) | VectorRef::F16(h) => 2 * h.len(),
+            VectorRef::Code(c, _) => c.len(),
+        }
+    }
+
+    /// Every byte the stored vector takes (all of a split one, the walk reads half; a code's).
+    #[inline]
+    pub fn stored_bytes(&self) -> usize {
+        match self {
+            VectorRef::F32(v) => 4 * v.len(),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) | VectorRef::F16(h) => 2 * h.len(),
             VectorRef::Code(c, _) => c.len(),
         }
     }
@@ -119,6 +176,11 @@ impl<'a> VectorRef<'a> {
                 let (high, low) = h.split_at(out.len());
                 for ((o, &hi), &lo) in out.iter_mut().zip(high).zip(low) {
                     *o = join(hi, lo);
+                }
+            }
+            VectorRef::F16(h) => {
+                for (o, &x) in out.iter_mut().zip(h.iter()) {
+                    *o = from_f16(x);
                 }
             }
             VectorRef::Code(c, book) => {
@@ -137,13 +199,25 @@ impl<'a> VectorRef<'a> {
     }
 }
 
-/// Writes `v` in `layout` into `out` (exactly `4 · v.len()` bytes).
+/// Writes `v` in `layout` into `out` (exactly `layout.vector_bytes(v.len())` bytes). In half
+/// precision each value is rounded to the nearest half (the caller refused values that would
+/// round to infinity) and the padding half is zero.
 ///
 /// # Panics
-/// If `out.len() != 4 * v.len()` (a caller's bug, never file contents).
+/// If `out` has another length (a caller's bug, never file contents).
 pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
-    assert_eq!(out.len(), 4 * v.len(), "vector byte length");
+    assert_eq!(
+        out.len() as u64,
+        layout.vector_bytes(v.len() as u32),
+        "vector byte length"
+    );
     match layout {
+        VectorLayout::F16 => {
+            out.fill(0);
+            for (o, x) in out.chunks_exact_mut(2).zip(v) {
+                o.copy_from_slice(&to_f16(*x).to_le_bytes());
+            }
+        }
         VectorLayout::F32 => {
             for (o, x) in out.chunks_exact_mut(4).zip(v) {
                 o.copy_from_slice(&x.to_le_bytes());
@@ -160,13 +234,29 @@ pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Appends to `out` the values of a vector stored in `layout` as `bytes` (4 · dims of them,
-/// as [`encode`] wrote them): the inverse of [`encode`], for vectors read into a buffer
-/// rather than lent from a mapping. A trailing partial value (a length not a multiple of 4)
-/// is ignored.
+/// Appends to `out` the values of a vector stored in `layout` as `bytes` (as [`encode`] wrote
+/// them: 4 · dims of them, or in half precision 2 · dims and the padding), the inverse of
+/// [`encode`], for vectors read into a buffer rather than lent from a mapping. A trailing
+/// partial value (a length not a multiple of 4) is ignored; in half precision `dims` says
+/// how many values there are (the padding half is not one).
+pub fn decode_bytes_of(layout: VectorLayout, dims: usize, bytes: &[u8], out: &mut Vec<f32>) {
+    if layout == VectorLayout::F16 {
+        out.extend(
+            bytes
+                .chunks_exact(2)
+                .take(dims)
+                .map(|b| from_f16(u16::from_le_bytes([b[0], b[1]]))),
+        );
+        return;
+    }
+    decode_bytes(layout, bytes, out)
+}
+
+/// [`decode_bytes_of`] for the f32 and split layouts, whose byte length gives `dims`.
 pub fn decode_bytes(layout: VectorLayout, bytes: &[u8], out: &mut Vec<f32>) {
     let dims = bytes.len() / 4;
     match layout {
+        VectorLayout::F16 => decode_bytes_of(layout, bytes.len() / 2, bytes, out),
         VectorLayout::F32 => out.extend(
             bytes
                 .chunks_exact(4)
@@ -242,7 +332,7 @@ mod tests {
                     .collect();
                 let view = match layout {
                     VectorLayout::F32 => VectorRef::F32(&floats),
-                    VectorLayout::SplitHalves => VectorRef::Split(&words),
+                    VectorLayout::SplitHalves | VectorLayout::F16 => VectorRef::Split(&words),
                 };
                 let mut back = Vec::new();
                 view.decode_into(&mut back);
@@ -260,9 +350,41 @@ mod tests {
         assert_eq!(&b[..6], &[0xC0, 0x3F, 0x00, 0xC0, 0x34, 0x12]);
         assert_eq!(&b[6..], &[0, 0, 0, 0, 0x78, 0x56]);
         assert_eq!(high_value(0x3FC0), 1.5);
-        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+        for layout in [
+            VectorLayout::F32,
+            VectorLayout::SplitHalves,
+            VectorLayout::F16,
+        ] {
             assert_eq!(VectorLayout::from_code(layout.code()), Some(layout));
         }
-        assert_eq!(VectorLayout::from_code(2), None);
+        assert_eq!(VectorLayout::from_code(3), None);
+    }
+
+    /// Half precision: each value becomes the nearest binary16 (ties to even), the padding
+    /// half of an odd count is zero, and reading back (in place or from bytes) gives exactly
+    /// the rounded values.
+    #[test]
+    fn half_precision_rounds_to_nearest_and_reads_back_exactly() {
+        let v = [1.0f32 / 3.0, 65_504.0, -0.0001, 2049.0, 2051.0];
+        assert_eq!(VectorLayout::F16.vector_bytes(5), 12);
+        let mut b = [0xAAu8; 12];
+        encode(VectorLayout::F16, &v, &mut b);
+        assert_eq!(&b[10..], &[0, 0], "padding");
+        let halves: Vec<u16> = b[..10]
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let back = VectorRef::F16(&halves).to_vec();
+        // 2049 and 2051 sit halfway between halves 2 apart: ties go to the even mantissa.
+        assert_eq!(
+            back,
+            vec![0.333_251_95, 65_504.0, -0.000_100_016_594, 2048.0, 2052.0]
+        );
+        let mut out = Vec::new();
+        decode_bytes_of(VectorLayout::F16, 5, &b, &mut out);
+        assert_eq!(out, back);
+        for (x, y) in v.iter().zip(&back) {
+            assert_eq!(from_f16(to_f16(*x)), *y);
+        }
     }
 }

@@ -228,6 +228,9 @@ pub struct Distance {
     batch: Option<BatchKernel>,
     halves: HalvesKernel,
     halves_batch: Option<HalvesBatchKernel>,
+    /// Half-precision vectors (F16C or AVX-512F widening; portable without).
+    f16: HalvesKernel,
+    f16_batch: Option<HalvesBatchKernel>,
     codes: CodesKernel,
     code: CodeKernel,
     /// None where the CPU lacks AVX2 (the f32 code kernels serve).
@@ -306,6 +309,32 @@ impl Distance {
             (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_halves_batch_avx512),
             _ => None,
         };
+        // F16C came with AVX2 on every CPU we know of, but it is its own feature: checked.
+        #[cfg(target_arch = "x86_64")]
+        let f16c = std::arch::is_x86_feature_detected!("f16c");
+        let f16: HalvesKernel = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma) if f16c => x86::l2sq_f16_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma) if f16c => x86::one_minus_dot_f16_avx2,
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx512) => x86::l2sq_f16_avx512,
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx512) => x86::one_minus_dot_f16_avx512,
+            (Metric::L2Squared, _) => portable::l2sq_f16,
+            (_, _) => portable::one_minus_dot_f16,
+        };
+        let f16_batch: Option<HalvesBatchKernel> = match (metric, level) {
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx2Fma) if f16c => Some(x86::l2sq_f16_batch_avx2),
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx2Fma) if f16c => Some(x86::one_minus_dot_f16_batch_avx2),
+            #[cfg(target_arch = "x86_64")]
+            (Metric::L2Squared, SimdLevel::Avx512) => Some(x86::l2sq_f16_batch_avx512),
+            #[cfg(target_arch = "x86_64")]
+            (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_f16_batch_avx512),
+            _ => None,
+        };
         let codes: CodesKernel = match (metric, level) {
             #[cfg(target_arch = "x86_64")]
             (Metric::L2Squared, SimdLevel::Avx2Fma) => x86::l2sq_codes_avx2,
@@ -355,6 +384,8 @@ impl Distance {
             batch,
             halves,
             halves_batch,
+            f16,
+            f16_batch,
             codes,
             code,
             integer,
@@ -404,6 +435,7 @@ impl Distance {
     pub fn walk(&self, q: &[f32], v: VectorRef<'_>) -> f32 {
         match v {
             VectorRef::F32(b) => (self.kernel)(q, b),
+            VectorRef::F16(h) => (self.f16)(q, h),
             VectorRef::Split(h) => (self.halves)(q, &h[..h.len() / 2]),
             VectorRef::SplitExact(_) => JOINED.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -504,6 +536,10 @@ impl Distance {
                     continue;
                 }
                 if let (Some(batch), Some(g)) = (self.halves_batch, halves_group(q.len(), group)) {
+                    o.copy_from_slice(&batch(q, g)[..group.len()]);
+                    continue;
+                }
+                if let (Some(batch), Some(g)) = (self.f16_batch, f16_group(q.len(), group)) {
                     o.copy_from_slice(&batch(q, g)[..group.len()]);
                     continue;
                 }
@@ -626,6 +662,7 @@ impl Distance {
     pub fn exact(&self, q: &[f32], v: VectorRef<'_>, buf: &mut Vec<f32>) -> f32 {
         match v {
             VectorRef::F32(b) => (self.kernel)(q, b),
+            VectorRef::F16(h) => (self.f16)(q, h),
             VectorRef::Code(..) => self.walk(q, v),
             VectorRef::Split(_) | VectorRef::SplitExact(_) => {
                 v.decode_into(buf);
@@ -669,6 +706,17 @@ fn halves_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BAT
 
 /// `group` as code slices at least `n` long, padded with its last one, with their codebook;
 /// `None` if any is not a code of the same codebook or too short.
+fn f16_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BATCH_WIDTH]> {
+    let mut out: [&[u16]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
+    for (i, o) in out.iter_mut().enumerate() {
+        match group.get(i).or(group.last()) {
+            Some(VectorRef::F16(h)) if h.len() >= n => *o = h,
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 fn codes_group<'a>(
     n: usize,
     group: &[VectorRef<'a>],
@@ -783,6 +831,25 @@ mod portable {
 
     pub(super) fn one_minus_dot_halves(a: &[f32], h: &[u16]) -> f32 {
         1.0 - halves::<false>(a, h)
+    }
+
+    /// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over binary16 values `h`, widened exactly.
+    fn f16<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+        let n = a.len().min(h.len());
+        let mut acc = [0f32; LANES];
+        for (i, (&x, &y)) in a[..n].iter().zip(&h[..n]).enumerate() {
+            let y = crate::format::vector::from_f16(y);
+            acc[i % LANES] += if L2 { (x - y) * (x - y) } else { x * y };
+        }
+        acc.iter().sum()
+    }
+
+    pub(super) fn one_minus_dot_f16(a: &[f32], h: &[u16]) -> f32 {
+        1.0 - f16::<false>(a, h)
+    }
+
+    pub(super) fn l2sq_f16(a: &[f32], h: &[u16]) -> f32 {
+        f16::<true>(a, h)
     }
 
     pub(super) fn l2sq_halves(a: &[f32], h: &[u16]) -> f32 {

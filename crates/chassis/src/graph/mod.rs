@@ -1099,8 +1099,14 @@ pub fn insert<S: GraphStore>(
         );
         // Up to the layer's capacity: M0 = 2M on layer 0 (as FAISS does; hnswlib takes M).
         // A new node with twice the out-edges lifts recall at equal ef: at 300k x 128 from
-        // 0.942 to 0.959 at ef 64, +16% QPS at recall 0.95 (docs/decisions/0001).
-        let selected = select_neighbors(store, dist, &found, params.capacity(layer), scratch);
+        // 0.942 to 0.959 at ef 64, +16% QPS at recall 0.95. Not under inner product, where
+        // it cost recall (0.95 to 0.93 at ef 256 on the Python tests' data): docs/decisions/0001.
+        let want = if dist.metric() == Metric::InnerProduct {
+            params.m
+        } else {
+            params.capacity(layer)
+        };
+        let selected = select_neighbors(store, dist, &found, want, scratch);
         // The new node's own list first (on an empty list this fills its words in order),
         // then the backlinks.
         for s in &selected {

@@ -257,7 +257,7 @@ impl<'s> Ranking<'s> {
         let prefetch_lines = |s: &Scored| {
             if let Some(v) = store.exact_vector(s.slot) {
                 if coded_walk {
-                    prefetch(v.as_ptr(), (4 * v.dims()).div_ceil(64));
+                    prefetch(v.as_ptr(), v.stored_bytes().div_ceil(64));
                 } else {
                     let low = v.as_ptr().wrapping_add(v.walk_bytes());
                     prefetch(low, v.walk_bytes().div_ceil(64));

@@ -49,7 +49,7 @@ use crate::storage::{Regions, Store};
 pub use check::CheckReport;
 pub use open::OpenReport;
 pub use options::{
-    file_id_hex, Info, Options, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
+    file_id_hex, Info, Options, Precision, DEFAULT_EF_CONSTRUCTION, DEFAULT_EF_SEARCH, DEFAULT_M,
     DEFAULT_MAX_LAYERS, DEFAULT_SEED,
 };
 pub use replace::{compacting_path, migrating_path, CompactOptions, CompactReport};
@@ -353,8 +353,15 @@ impl Writer {
         self.count as usize - deleted.min(self.count as usize)
     }
 
+    /// The vector as it will be stored: checked and (cosine) normalised, then in a half
+    /// precision file rounded to the nearest half, so that the graph, the codes and every
+    /// distance see exactly the stored values.
     fn check_vector(&self, v: &[f32]) -> Result<Vec<f32>> {
-        prepare_vector(self.metric(), self.dims(), v)
+        let mut p = prepare_vector(self.metric(), self.dims(), v)?;
+        if self.store.layout() == crate::format::vector::VectorLayout::F16 {
+            crate::query::round_to_f16(&mut p)?;
+        }
+        Ok(p)
     }
 
     /// Whether `slot` is live in this writer's view.

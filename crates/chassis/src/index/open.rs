@@ -209,7 +209,7 @@ impl Writer {
             // inner-product files); the writer's next commit drops it.
             flags: if read_only.is_none() {
                 let mut f = h.flags & !header::FLAG_SUPERSEDED;
-                if h.layout() == VectorLayout::F32 {
+                if h.layout() != VectorLayout::SplitHalves {
                     f &= !header::FLAG_EXACT_WALK;
                 }
                 f

@@ -22,6 +22,44 @@ pub const DEFAULT_MAX_LAYERS: usize = 16;
 /// Default seed of the level generator.
 pub const DEFAULT_SEED: u64 = 0x00C4_A551_5EED;
 
+/// The precision vectors are stored in ([`Options::precision`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// 32-bit floats, bit for bit as given (formats 3 and 4).
+    #[default]
+    F32,
+    /// IEEE 754 binary16: half the bytes, each value rounded to the nearest half.
+    F16,
+}
+
+impl Precision {
+    /// The name the front ends use: `f32` or `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+
+    /// The precision named `f32` or `f16` (also `full` and `half`).
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s {
+            "f32" | "full" | "float32" => Some(Precision::F32),
+            "f16" | "half" | "float16" => Some(Precision::F16),
+            _ => None,
+        }
+    }
+
+    /// The precision of a vector layout.
+    pub fn of(layout: VectorLayout) -> Precision {
+        if layout == VectorLayout::F16 {
+            Precision::F16
+        } else {
+            Precision::F32
+        }
+    }
+}
+
 /// How to create an index.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -42,7 +80,9 @@ pub struct Options {
     pub geometry: Option<Geometry>,
     /// How vectors are stored. The default, [`VectorLayout::SplitHalves`] (format 4), lets
     /// searches read half of each vector while they walk the graph; [`VectorLayout::F32`]
-    /// writes a format 3 file, which releases that read only format 3 can open.
+    /// writes a format 3 file, which releases that read only format 3 can open;
+    /// [`VectorLayout::F16`] stores half precision (half the vector bytes, each value rounded
+    /// to the nearest binary16; read version 5): see [`Options::precision`].
     pub vector_layout: VectorLayout,
     /// Quantized codes kept beside the vectors ([`CodeKind::Int8`]: one byte per dimension)
     /// for searches to walk the graph by, ranking what they find exactly; a file with codes has
@@ -75,6 +115,20 @@ impl Options {
     /// Sets the vector layout.
     pub fn vector_layout(mut self, layout: VectorLayout) -> Options {
         self.vector_layout = layout;
+        self
+    }
+
+    /// Sets the precision vectors are stored in: [`Precision::F16`] keeps each value as an
+    /// IEEE binary16 (half the vector bytes; every value rounded to the nearest half when it
+    /// is added, a magnitude of 65,520 or more refused; distances are exact to the stored
+    /// values, and `get` returns them); [`Precision::F32`] the values as given, in the
+    /// default layout (format 4).
+    pub fn precision(mut self, precision: Precision) -> Options {
+        self.vector_layout = match precision {
+            Precision::F16 => VectorLayout::F16,
+            Precision::F32 if self.vector_layout == VectorLayout::F16 => VectorLayout::default(),
+            Precision::F32 => self.vector_layout,
+        };
         self
     }
 
@@ -126,7 +180,7 @@ impl Options {
         let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
         let geometry = self
             .geometry
-            .unwrap_or_else(|| Geometry::for_slots(dims, m, layers, self.codes));
+            .unwrap_or_else(|| Geometry::for_file(dims, m, layers, self.vector_layout, self.codes));
         if let Some(why) = geometry.validate(m, layers) {
             return Err(Error::InvalidArgument(format!("geometry: {why}")));
         }

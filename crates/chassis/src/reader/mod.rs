@@ -178,10 +178,17 @@ impl<'a> View<'a> {
     #[cold]
     fn hint_vector(&self, region: &Region, at: u64) -> Option<VectorRef<'_>> {
         let d = self.reader.dims as usize;
-        // Both layouts take 4·dims bytes at a 4-aligned offset: dims words.
-        let words = region.u32_words(at, d).ok()?;
+        // Every layout takes a whole number of words at a 4-aligned offset (dims words, or
+        // ⌈dims/2⌉ in half precision).
+        let bytes = self.snap.file.layout.vector_bytes(self.reader.dims) as usize;
+        let words = region.u32_words(at, bytes / 4).ok()?;
         let load = |w: &AtomicU32| w.load(Ordering::Relaxed).to_ne_bytes();
         Some(match self.snap.file.layout {
+            VectorLayout::F16 => VectorRef::F16(self.hints.alloc_slice_fill_with(d, |i| {
+                let b = load(&words[i / 2]);
+                let at = 2 * (i % 2);
+                u16::from_ne_bytes([b[at], b[at + 1]])
+            })),
             VectorLayout::F32 => VectorRef::F32(
                 self.hints
                     .alloc_slice_fill_iter(words.iter().map(|w| f32::from_ne_bytes(load(w)))),
@@ -224,7 +231,7 @@ impl Slots<'_> {
     #[inline]
     fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
         let (layout, region, off) = self.place(slot)?;
-        let bytes = 4 * u64::from(self.reader.dims);
+        let bytes = self.snap.file.layout.vector_bytes(self.reader.dims);
         Some((region, layout.vectors_at + off * bytes, bytes))
     }
 
@@ -326,13 +333,13 @@ impl GraphStore for View<'_> {
         Some(Box::new(crate::storage::start_vectors_direct(
             slots.iter().map(|&s| self.vector_range(s)),
             self.snap.file.layout,
+            self.reader.dims,
         )?))
     }
     #[inline]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
-        let d = u64::from(self.reader.dims);
-        let at = layout.vectors_at + off * 4 * d;
+        let at = layout.vectors_at + off * self.snap.file.layout.vector_bytes(self.reader.dims);
         // Committed vectors never change and are lent in place; a vector at or past N may be
         // rewritten by a restarted writer while a search reads it, so it is copied out.
         if u64::from(slot) >= self.snap.header.committed_count {
@@ -343,6 +350,10 @@ impl GraphStore for View<'_> {
                 .f32s(at, self.reader.dims as usize)
                 .ok()
                 .map(VectorRef::F32),
+            VectorLayout::F16 => region
+                .u16s(at, self.reader.dims as usize)
+                .ok()
+                .map(VectorRef::F16),
             VectorLayout::SplitHalves => {
                 let h = region.u16s(at, 2 * self.reader.dims as usize).ok()?;
                 Some(if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {

@@ -537,10 +537,11 @@ impl IndexReader {
                     self.counters.remaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let layout = SegmentLayout::with_codes(
+            let layout = SegmentLayout::of(
                 file.geometry.segment_slots(k),
                 self.dims,
                 file.m,
+                file.layout,
                 file.codes,
             );
             match self.map(file, offset, align_region(layout.bytes), at, &mut file_len) {

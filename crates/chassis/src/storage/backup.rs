@@ -472,7 +472,7 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
         .as_ref()
         .is_some_and(|d| d.codebook != 0 && d.codebook == state.codebook);
     let rb = record::level0_record_bytes(state.m);
-    let vb = 4 * u64::from(state.dims);
+    let vb = state.layout().vector_bytes(state.dims);
     for (k, &off) in st.segments.iter().enumerate() {
         let k = k as u64;
         let layout = state.segment_layout(k);
@@ -633,7 +633,8 @@ fn region_end(h: &Header, t: &Tables) -> u64 {
 /// pages, and the fixed area.
 fn committed_extent(h: &Header, t: &Tables) -> u64 {
     let g = h.geometry;
-    let slots = h.committed_count * SegmentLayout::slot_bytes_with(h.dims, h.m, h.code_kind());
+    let slots =
+        h.committed_count * SegmentLayout::slot_bytes_for(h.dims, h.m, h.layout(), h.code_kind());
     let upper: u64 = (0..t.upper.len() as u64)
         .map(|k| heap_used(h.upper_heap_next, k, g.heap_chunk_bytes(k)))
         .sum();

@@ -38,6 +38,7 @@ pub(crate) fn keep_walk_resident(region: &Region, layout: &SegmentLayout) {
 pub(crate) fn start_vectors_direct<'a>(
     ranges: impl ExactSizeIterator<Item = Option<(&'a Region, u64, u64)>>,
     layout: format::vector::VectorLayout,
+    dims: u32,
 ) -> Option<PendingVectors<'a>> {
     #[cfg(target_os = "linux")]
     {
@@ -56,11 +57,12 @@ pub(crate) fn start_vectors_direct<'a>(
         Some(PendingVectors {
             pending: file?.start_many(&reads)?,
             layout,
+            dims: dims as usize,
         })
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (ranges, layout);
+        let _ = (ranges, layout, dims);
         None
     }
 }
@@ -73,6 +75,8 @@ pub(crate) struct PendingVectors<'a> {
     pending: std::marker::PhantomData<&'a ()>,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     layout: format::vector::VectorLayout,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    dims: usize,
 }
 
 impl PendingVectors<'_> {
@@ -82,9 +86,9 @@ impl PendingVectors<'_> {
         out.clear();
         #[cfg(target_os = "linux")]
         {
-            let layout = self.layout;
+            let (layout, dims) = (self.layout, self.dims);
             self.pending
-                .finish(|_, bytes| format::vector::decode_bytes(layout, bytes, out))
+                .finish(|_, bytes| format::vector::decode_bytes_of(layout, dims, bytes, out))
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -121,7 +125,7 @@ impl Regions {
     #[inline]
     fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
         let (seg, off) = self.slot_place(slot)?;
-        let bytes = 4 * u64::from(self.dims);
+        let bytes = self.layout.vector_bytes(self.dims);
         Some((&seg.region, seg.layout.vectors_at + off * bytes, bytes))
     }
 
@@ -137,7 +141,11 @@ impl Regions {
     /// Starts reading the vectors of `slots` all at once, past the page cache, where the file
     /// is too large for memory ([`start_vectors_direct`]); `None` elsewhere.
     pub(crate) fn start_vectors(&self, slots: &[u32]) -> Option<PendingVectors<'_>> {
-        start_vectors_direct(slots.iter().map(|&s| self.vector_range(s)), self.layout())
+        start_vectors_direct(
+            slots.iter().map(|&s| self.vector_range(s)),
+            self.layout(),
+            self.dims,
+        )
     }
 
     /// Gives the pages of `slot`'s vector back in a file too large for memory
@@ -372,6 +380,7 @@ mod tests {
                     .iter()
                     .map(|&s| Some((&region, at(s), 4 * dims as u64))),
                 layout,
+                dims as u32,
             )
             .is_none();
             assert!(
@@ -392,6 +401,7 @@ mod tests {
                     .iter()
                     .map(|&s| Some((&region, at(s), 4 * dims as u64))),
                 layout,
+                dims as u32,
             )
             .is_some_and(|p| p.finish(&mut out));
             assert_eq!(read, direct::io_uring_works(), "{layout:?}");

@@ -321,14 +321,18 @@ impl Regions {
     #[inline]
     pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (seg, off) = self.slot_place(slot)?;
-        let d = u64::from(self.dims);
-        let at = seg.layout.vectors_at + off * 4 * d;
+        let at = seg.layout.vectors_at + off * self.layout.vector_bytes(self.dims);
         match self.layout {
             VectorLayout::F32 => seg
                 .region
                 .f32s(at, self.dims as usize)
                 .ok()
                 .map(VectorRef::F32),
+            VectorLayout::F16 => seg
+                .region
+                .u16s(at, self.dims as usize)
+                .ok()
+                .map(VectorRef::F16),
             VectorLayout::SplitHalves => seg
                 .region
                 .u16s(at, 2 * self.dims as usize)
@@ -990,13 +994,13 @@ impl Store {
         if off < from {
             return Ok(());
         }
-        let per_slot = SegmentLayout::slot_bytes_with(self.dims, self.m, self.codes);
+        let per_slot = SegmentLayout::slot_bytes_for(self.dims, self.m, self.layout, self.codes);
         let step = (ALLOCATE_STEP / per_slot).max(1);
         let to = (off + 1).max(from + step).min(seg.layout.slots);
         let l = &seg.layout;
         let ranges = [
             (l.headers_at, record::SLOT_HEADER_BYTES),
-            (l.vectors_at, 4 * u64::from(self.dims)),
+            (l.vectors_at, self.layout.vector_bytes(self.dims)),
             (l.records_at, self.record_bytes),
             (
                 l.aux_at,
@@ -1049,10 +1053,11 @@ impl Store {
 
     fn append_segment(&mut self) -> Result<()> {
         let k = self.segments.len() as u64;
-        let layout = SegmentLayout::with_codes(
+        let layout = SegmentLayout::of(
             self.geometry.segment_slots(k),
             self.dims,
             self.m,
+            self.layout,
             self.codes,
         );
         let (offset, region) = self.append_region(layout.bytes)?;
@@ -1273,14 +1278,13 @@ impl Store {
                 .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))?;
             let n = ((seg.layout.slots - off) as usize).min(rest.len() / d);
             let (now, later) = rest.split_at(n * d);
-            let mut bytes = vec![0u8; 4 * now.len()];
-            for (b, v) in bytes.chunks_exact_mut(4 * d).zip(now.chunks_exact(d)) {
+            let vb = self.layout.vector_bytes(self.dims) as usize;
+            let mut bytes = vec![0u8; vb * n];
+            for (b, v) in bytes.chunks_exact_mut(vb).zip(now.chunks_exact(d)) {
                 vector::encode(self.layout, v, b);
             }
-            self.storage.write_at(
-                seg.offset + seg.layout.vectors_at + off * 4 * d as u64,
-                &bytes,
-            )?;
+            self.storage
+                .write_at(seg.offset + seg.layout.vectors_at + off * vb as u64, &bytes)?;
             if let Some(book) = &self.regions.codebook {
                 coded::write_codes(&*self.storage, seg, off, book, now)?;
             }

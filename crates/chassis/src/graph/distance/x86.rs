@@ -356,6 +356,162 @@ unsafe fn halves_batch_avx2<const L2: bool>(
     out
 }
 
+/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the binary16 values `h` (at least `a.len()` of them), each
+/// widened exactly to f32 as it is loaded (`vcvtph2ps`).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn f16_avx512<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+    let n = a.len().min(h.len());
+    let (pa, ph) = (a.as_ptr(), h.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: the loop condition keeps these 16-element loads inside both slices.
+        let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
+        // SAFETY: as above (16 u16 = 32 bytes).
+        let y = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(ph.add(i).cast()) });
+        let k = (i / 16) % 2;
+        acc[k] = if L2 {
+            let d = _mm512_sub_ps(x, y);
+            _mm512_fmadd_ps(d, d, acc[k])
+        } else {
+            _mm512_fmadd_ps(x, y, acc[k])
+        };
+        i += 16;
+    }
+    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    while i < n {
+        let (x, y) = (a[i], crate::format::vector::from_f16(h[i]));
+        s += if L2 { (x - y) * (x - y) } else { x * y };
+        i += 1;
+    }
+    s
+}
+
+/// As `f16_avx512`, with 256-bit vectors (F16C widens eight halves at a time).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_avx2<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+    let n = a.len().min(h.len());
+    let (pa, ph) = (a.as_ptr(), h.as_ptr());
+    let step = |acc: __m256, i: usize| {
+        // SAFETY: callers keep i + 8 <= n, so these 8-element loads are inside both
+        // slices (8 u16 = 16 bytes).
+        let (x, y) = unsafe {
+            (
+                _mm256_loadu_ps(pa.add(i)),
+                _mm256_cvtph_ps(_mm_loadu_si128(ph.add(i).cast())),
+            )
+        };
+        if L2 {
+            let d = _mm256_sub_ps(x, y);
+            _mm256_fmadd_ps(d, d, acc)
+        } else {
+            _mm256_fmadd_ps(x, y, acc)
+        }
+    };
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        acc0 = step(acc0, i);
+        acc1 = step(acc1, i + 8);
+        i += 16;
+    }
+    if i + 8 <= n {
+        acc0 = step(acc0, i);
+        i += 8;
+    }
+    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
+    while i < n {
+        let (x, y) = (a[i], crate::format::vector::from_f16(h[i]));
+        s += if L2 { (x - y) * (x - y) } else { x * y };
+        i += 1;
+    }
+    s
+}
+
+/// As `f16_avx512`, [`BATCH_WIDTH`] vectors side by side (one load of `a` feeds them all).
+///
+/// # Safety
+/// The CPU must support AVX-512F, and every `h[j]` must be at least `a.len()` long.
+#[target_feature(enable = "avx512f")]
+unsafe fn f16_batch_avx512<const L2: bool>(
+    a: &[f32],
+    h: [&[u16]; BATCH_WIDTH],
+) -> [f32; BATCH_WIDTH] {
+    let n = a.len();
+    let pa = a.as_ptr();
+    let ph = h.map(<[u16]>::as_ptr);
+    let mut acc = [_mm512_setzero_ps(); BATCH_WIDTH];
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: the loop condition keeps this load inside `a`.
+        let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
+        for (acc, &p) in acc.iter_mut().zip(&ph) {
+            // SAFETY: each h[j] is at least n long (the caller's contract).
+            let y = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.add(i).cast()) });
+            *acc = if L2 {
+                let d = _mm512_sub_ps(x, y);
+                _mm512_fmadd_ps(d, d, *acc)
+            } else {
+                _mm512_fmadd_ps(x, y, *acc)
+            };
+        }
+        i += 16;
+    }
+    let mut out = acc.map(|v| _mm512_reduce_add_ps(v));
+    for (o, v) in out.iter_mut().zip(h) {
+        for k in i..n {
+            let (x, y) = (a[k], crate::format::vector::from_f16(v[k]));
+            *o += if L2 { (x - y) * (x - y) } else { x * y };
+        }
+    }
+    out
+}
+
+/// As `f16_batch_avx512`, with 256-bit vectors.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C, and every `h[j]` must be at least `a.len()` long.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_batch_avx2<const L2: bool>(
+    a: &[f32],
+    h: [&[u16]; BATCH_WIDTH],
+) -> [f32; BATCH_WIDTH] {
+    let n = a.len();
+    let pa = a.as_ptr();
+    let ph = h.map(<[u16]>::as_ptr);
+    let mut acc = [_mm256_setzero_ps(); BATCH_WIDTH];
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: the loop condition keeps this load inside `a`.
+        let x = unsafe { _mm256_loadu_ps(pa.add(i)) };
+        for (acc, &p) in acc.iter_mut().zip(&ph) {
+            // SAFETY: each h[j] is at least n long (the caller's contract).
+            let y = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.add(i).cast()) });
+            *acc = if L2 {
+                let d = _mm256_sub_ps(x, y);
+                _mm256_fmadd_ps(d, d, *acc)
+            } else {
+                _mm256_fmadd_ps(x, y, *acc)
+            };
+        }
+        i += 8;
+    }
+    let mut out = acc.map(|v| hsum256(v));
+    for (o, v) in out.iter_mut().zip(h) {
+        for k in i..n {
+            let (x, y) = (a[k], crate::format::vector::from_f16(v[k]));
+            *o += if L2 { (x - y) * (x - y) } else { x * y };
+        }
+    }
+    out
+}
+
 /// Σ qⱼ·v̂ⱼ or Σ (qⱼ − v̂ⱼ)² to the codes `c`, v̂ⱼ = loⱼ + sⱼ·cⱼ, eight codes side by
 /// side (their lines stream together), the query's terms loaded once for all of them.
 ///
@@ -632,6 +788,55 @@ pub(super) fn one_minus_dot_halves_batch_avx2(
 ) -> [f32; BATCH_WIDTH] {
     // SAFETY: AVX2 + FMA were detected; `walk_many` checked the lengths.
     unsafe { halves_batch_avx2::<false>(a, h) }.map(|d| 1.0 - d)
+}
+
+// The half-precision wrappers: installed only by `with_level` after runtime detection (AVX2
+// ones only where F16C was detected too), and `walk_many` checks every batch length first.
+
+pub(super) fn l2sq_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    unsafe { f16_avx512::<true>(a, h) }
+}
+
+pub(super) fn one_minus_dot_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    1.0 - unsafe { f16_avx512::<false>(a, h) }
+}
+
+pub(super) fn l2sq_f16_avx2(a: &[f32], h: &[u16]) -> f32 {
+    // SAFETY: AVX2, FMA and F16C were detected.
+    unsafe { f16_avx2::<true>(a, h) }
+}
+
+pub(super) fn one_minus_dot_f16_avx2(a: &[f32], h: &[u16]) -> f32 {
+    // SAFETY: AVX2, FMA and F16C were detected.
+    1.0 - unsafe { f16_avx2::<false>(a, h) }
+}
+
+pub(super) fn l2sq_f16_batch_avx512(a: &[f32], h: [&[u16]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
+    // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
+    unsafe { f16_batch_avx512::<true>(a, h) }
+}
+
+pub(super) fn one_minus_dot_f16_batch_avx512(
+    a: &[f32],
+    h: [&[u16]; BATCH_WIDTH],
+) -> [f32; BATCH_WIDTH] {
+    // SAFETY: AVX-512F was detected; `walk_many` checked the lengths.
+    unsafe { f16_batch_avx512::<false>(a, h) }.map(|d| 1.0 - d)
+}
+
+pub(super) fn l2sq_f16_batch_avx2(a: &[f32], h: [&[u16]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
+    // SAFETY: AVX2, FMA and F16C were detected; `walk_many` checked the lengths.
+    unsafe { f16_batch_avx2::<true>(a, h) }
+}
+
+pub(super) fn one_minus_dot_f16_batch_avx2(
+    a: &[f32],
+    h: [&[u16]; BATCH_WIDTH],
+) -> [f32; BATCH_WIDTH] {
+    // SAFETY: AVX2, FMA and F16C were detected; `walk_many` checked the lengths.
+    unsafe { f16_batch_avx2::<false>(a, h) }.map(|d| 1.0 - d)
 }
 
 // The batch wrappers, like the single ones below, are installed only by `with_level`
