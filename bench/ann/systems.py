@@ -23,6 +23,7 @@ class Chassis:
     name = "chassis"
     parallel_build = True  # a batch add links on several threads inside the one writer
     codes = "none"
+    precision = "f32"
 
     def version(self):
         import importlib.metadata as md
@@ -39,6 +40,7 @@ class Chassis:
             M=M,
             ef_construction=EF_CONSTRUCTION,
             codes=self.codes,
+            precision=self.precision,
         )
         ix.add(base, threads=threads)
         ix.flush()
@@ -145,6 +147,23 @@ class ChassisDBHalf(ChassisDB):
 
     name = "chassisdb-half"
     precision = "half"
+
+
+class ChassisF16(Chassis):
+    """Chassis storing half-precision vectors (format 5): half the vector bytes, walked and
+    ranked by the stored halves (every distance exact to them)."""
+
+    name = "chassis-f16"
+    precision = "f16"
+
+
+class ChassisF16Int4(Chassis):
+    """Half-precision vectors with int4 codes: the walk reads half a byte per dimension, the
+    ranking the halves."""
+
+    name = "chassis-f16-int4"
+    precision = "f16"
+    codes = "int4"
 
 
 class Hnswlib:
@@ -321,6 +340,8 @@ SYSTEMS = {
         Chassis(),
         ChassisInt8(),
         ChassisInt4(),
+        ChassisF16(),
+        ChassisF16Int4(),
         Hnswlib(),
         Faiss(),
         FaissMapped(),

@@ -6,7 +6,8 @@
 //!     cargo run --release --bin build_search -- BASE.fvecs Q.fvecs GT.ivecs OUT.chassis \
 //!         METRIC THREADS EFS          # e.g. l2 1 32,48,64
 //!
-//! `F3=1` builds format 3 (f32 vectors) instead of the default format 4.
+//! `F3=1` builds format 3 (f32 vectors) instead of the default format 4, `F16=1` half
+//! precision, `CODES=int8|int4` with codes.
 use chassis::{Index, IndexReader, Metric, Options};
 use chassis_bench::{read_fvecs, read_ivecs};
 use std::time::Instant;
@@ -24,6 +25,12 @@ fn main() {
         let mut o = Options::new(dims, metric).m(16).ef_construction(200);
         if std::env::var("F3").is_ok() {
             o = o.vector_layout(chassis::VectorLayout::F32);
+        }
+        if std::env::var("F16").is_ok() {
+            o = o.precision(chassis::Precision::F16);
+        }
+        if let Ok(codes) = std::env::var("CODES") {
+            o = o.codes(chassis::CodeKind::parse(&codes).expect("CODES: none, int8 or int4"));
         }
         let ix = Index::create(out, o).unwrap();
         let t = Instant::now();
