@@ -41,6 +41,7 @@ pub mod os;
 mod query;
 mod reader;
 pub mod storage;
+pub mod text;
 
 pub use backup::{apply_patch, BackupReport};
 pub use collection::Collection;
@@ -61,3 +62,4 @@ pub use query::Neighbor;
 pub use reader::{
     FieldSummary, IndexReader, MetadataSummary, ReaderStats, Snapshot, HEADER_REREADS,
 };
+pub use text::{Fusion, HybridHit, HybridOptions, LegHit, TextFieldSpec, TextHit};

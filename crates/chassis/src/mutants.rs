@@ -44,6 +44,12 @@ pub enum Mutant {
     IdentityNotKept,
     /// Flushes commit the user version the file already had instead of the one set since.
     UserVersionNotCommitted,
+    /// Flushes commit the full-text root the file already had: the documents added since are
+    /// committed without their postings (and deleted ones still count in the statistics).
+    TextRootNotCommitted,
+    /// Stored postings say a term is in a document more often than it is: postings that
+    /// disagree with the documents committed beside them.
+    TextPostingsWrong,
     /// Incremental sync takes a destination whose identity differs from the source's as an
     /// earlier state of it (caught by the backup tests, not by the power-loss simulator:
     /// it is not in [`Mutant::ALL`]).
@@ -53,7 +59,7 @@ pub enum Mutant {
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 impl Mutant {
     /// Every mutant, in the order the simulator reports them.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::NoSyncBeforeCommitHeader,
         Mutant::NoIntentHeader,
         Mutant::NoSyncBetweenIntentAndMarks,
@@ -68,6 +74,8 @@ impl Mutant {
         Mutant::ListsChangedUnderCleanMarker,
         Mutant::IdentityNotKept,
         Mutant::UserVersionNotCommitted,
+        Mutant::TextRootNotCommitted,
+        Mutant::TextPostingsWrong,
     ];
 }
 

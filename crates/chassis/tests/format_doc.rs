@@ -1,7 +1,7 @@
 //! docs/FORMAT.md is the byte-level truth of the file: every `<!-- layout: NAME -->` table in it
 //! must list exactly the offsets and sizes the code uses.
 
-use chassis::format::{self, header, live, metadata, record, table};
+use chassis::format::{self, header, live, metadata, record, table, text};
 
 type Row = (String, u64, u64);
 
@@ -111,6 +111,16 @@ fn code_tables() -> Vec<(String, Vec<Row>)> {
                 ("checksum", metadata::ENTRY_CHECKSUM_AT, 4),
                 ("id", metadata::ENTRY_ID_AT, 8),
                 ("document", metadata::ENTRY_DOCUMENT_AT, 1),
+            ]),
+        ),
+        (
+            "text_blob".into(),
+            rows(&[
+                ("magic", 0, 4),
+                ("kind", text::KIND_AT as u64, 4),
+                ("length", text::LENGTH_AT as u64, 4),
+                ("checksum", text::CHECKSUM_AT as u64, 4),
+                ("payload", text::HEAD_BYTES as u64, 1),
             ]),
         ),
         (

@@ -36,7 +36,11 @@
 //! changed by a commit; a compaction's new file has its own): an image that shows the rows of
 //! one flush with another flush's version, or another identity, is a violation.
 //!
-//! **Mutants.** Each of the fourteen protocol breaks in `Mutant::ALL` is switched on in turn
+//! **The full-text index.** The workload indexes its documents' text: every image's text
+//! searches (writer and reader) must give BM25 computed from the documents of the state it
+//! shows, and `check` must find the index equal to what the documents give.
+//!
+//! **Mutants.** Each of the sixteen protocol breaks in `Mutant::ALL` is switched on in turn
 //! and must make the simulator report a violation.
 //!
 //! `CHASSIS_POWER_LOSS_IMAGES` (default 3) sets the images drawn per crash point, and
@@ -88,11 +92,14 @@ impl std::ops::DerefMut for State {
 }
 
 /// The metadata the workloads store with the vector of row `n`: enough text that the
-/// metadata heap crosses its chunks.
+/// metadata heap crosses its chunks, in words the full-text index keeps.
 fn meta(n: usize) -> Metadata {
+    let words: Vec<String> = (0..n * 37 % 700 / 4)
+        .map(|j| format!("w{}", (n * 7 + j * j * 13) % 40))
+        .collect();
     Metadata::from([
         ("n".to_string(), Value::Int(n as i64)),
-        ("text".to_string(), Value::Str("m".repeat(n * 37 % 700))),
+        ("text".to_string(), Value::Str(words.join(" "))),
         (
             "tags".to_string(),
             Value::List(vec![Value::Int((n % 5) as i64)]),
@@ -101,7 +108,33 @@ fn meta(n: usize) -> Metadata {
 }
 
 fn opts() -> Options {
-    common::small(4, Metric::L2Squared, 8, 32)
+    common::small(4, Metric::L2Squared, 8, 32).text_fields(["text"])
+}
+
+/// Text queries whose BM25 answers every image must give for the state it shows.
+const TEXT_QUERIES: &[&str] = &["w1", "w3 w7", "w0 w12 w25 w39", "w5 w5 w30"];
+
+/// The full-text searches of `search` agree with BM25 computed from `state`'s documents.
+fn check_text(
+    search: impl Fn(&str) -> Result<Vec<chassis::TextHit>, Error>,
+    state: &State,
+    tally: &mut Tally,
+    what: &str,
+) {
+    let docs: BTreeMap<u64, Metadata> = state.iter().map(|(&id, (_, m))| (id, m.clone())).collect();
+    for q in TEXT_QUERIES {
+        let got: Vec<(u64, f32)> = match search(q) {
+            Ok(h) => h.iter().map(|h| (h.id, h.score)).collect(),
+            Err(e) => return tally.violation(format!("{what}: text search failed: {e}")),
+        };
+        let want = common::bm25_reference(&docs, &["text"], q, 10, |_| true);
+        let r = catch_unwind(AssertUnwindSafe(|| common::agree(&got, &want, q)));
+        if r.is_err() {
+            return tally.violation(format!(
+                "{what}: text search for {q:?} disagrees with the documents: {got:?} vs {want:?}"
+            ));
+        }
+    }
 }
 
 fn state_of(ix: &Index) -> Result<State, Error> {
@@ -233,7 +266,10 @@ fn check_image(
         })
     });
     match state {
-        Ok(s) if which(&s).is_some() => {}
+        Ok(s) if which(&s).is_some() => match IndexReader::open_in(Arc::new(ro.reopen(false))) {
+            Ok(r) => check_text(|q| r.search_text(q, 10, None), &s, tally, "reader"),
+            Err(e) => tally.violation(format!("a reader failed: {e}")),
+        },
         Ok(s) => tally.violation(format!(
             "a reader shows an unaccepted state ({} ids)",
             s.len()
@@ -258,6 +294,12 @@ fn check_image(
         Err(e) => return tally.violation(format!("reading the recovered state failed: {e}")),
     };
     check_searches(&ix, &recovered, tally, "recovered");
+    check_text(
+        |q| ix.search_text(q, 10, None),
+        &recovered,
+        tally,
+        "recovered",
+    );
     // The writer's view of the graph is whole: no list names a slot past N (which a clean
     // open would have trusted), and every live vector is reachable.
     match ix.check(0) {
@@ -312,7 +354,15 @@ fn check_image(
     }
     drop(ix);
     match Index::open_in(Arc::new(file.reopen(true))).and_then(|ix| Ok((state_of(&ix)?, ix))) {
-        Ok((s, ix)) if s == want => check_searches(&ix, &want, tally, "after one more flush"),
+        Ok((s, ix)) if s == want => {
+            check_searches(&ix, &want, tally, "after one more flush");
+            check_text(
+                |q| ix.search_text(q, 10, None),
+                &want,
+                tally,
+                "after one more flush",
+            );
+        }
         Ok(_) => tally.violation("state after one more flush differs".into()),
         Err(e) => tally.violation(format!("reopen after one more flush failed: {e}")),
     }

@@ -58,7 +58,7 @@ pub mod at {
     pub const CODEBOOK: usize = 184;
     pub const FILE_ID: usize = 192;
     pub const USER_VERSION: usize = 208;
-    pub const RESERVED: usize = 216;
+    pub const TEXT_ROOT: usize = 216;
     pub const SEQUENCE: usize = 224;
     pub const CHECKSUM: usize = 232;
     pub const TABLE_PAGE_OFFSETS: usize = 240;
@@ -106,7 +106,7 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
     ("codebook", at::CODEBOOK, 8),
     ("file_id", at::FILE_ID, 16),
     ("user_version", at::USER_VERSION, 8),
-    ("reserved", at::RESERVED, 8),
+    ("text_root", at::TEXT_ROOT, 8),
     ("sequence", at::SEQUENCE, 8),
     ("checksum", at::CHECKSUM, 8),
 ];
@@ -202,6 +202,10 @@ pub struct Header {
     /// (`Index::set_user_version`); read only from files of write version
     /// [`super::USER_VERSION_WRITE_VERSION`] or above, 0 in older ones.
     pub user_version: u64,
+    /// Metadata-heap reference of the full-text index's root blob ([`super::text`]), 0 when
+    /// the file keeps none; read only from files of write version
+    /// [`super::TEXT_WRITE_VERSION`] or above, 0 in older ones.
+    pub text_root: u64,
     /// Sequence number: the valid copy with the higher one is current.
     pub sequence: u64,
     /// File offsets of the table pages, in the order they were appended.
@@ -295,6 +299,7 @@ impl Header {
         put_u64(&mut b, at::CODEBOOK, self.codebook);
         b[at::FILE_ID..at::FILE_ID + 16].copy_from_slice(&self.file_id);
         put_u64(&mut b, at::USER_VERSION, self.user_version);
+        put_u64(&mut b, at::TEXT_ROOT, self.text_root);
         put_u64(&mut b, at::SEQUENCE, self.sequence);
         for (i, off) in self.table_pages.iter().enumerate() {
             put_u64(&mut b, at::TABLE_PAGE_OFFSETS + 8 * i, *off);
@@ -356,6 +361,13 @@ impl Header {
         } else {
             0
         };
+        // Bytes 216..224 (the full-text root) likewise, from the write version that gave them
+        // that meaning.
+        let text_root = if write_version >= super::TEXT_WRITE_VERSION {
+            u64_at(b, at::TEXT_ROOT)
+        } else {
+            0
+        };
         let h = Header {
             read_version,
             write_version,
@@ -391,6 +403,7 @@ impl Header {
             codebook: if coded { u64_at(b, at::CODEBOOK) } else { 0 },
             file_id,
             user_version,
+            text_root,
             sequence: u64_at(b, at::SEQUENCE),
             table_pages,
         };
@@ -472,6 +485,32 @@ impl Header {
                 ),
                 at::USER_VERSION,
             );
+        }
+        // A full-text index needs the write version that maintains it (a release before it
+        // would add documents without indexing them), and lives in the metadata heap.
+        if self.text_root != 0 {
+            if self.write_version < super::TEXT_WRITE_VERSION {
+                return bad(
+                    format!(
+                        "a full-text index in a file of write version {}",
+                        self.write_version
+                    ),
+                    at::TEXT_ROOT,
+                );
+            }
+            let (chunk, off) = super::record::split_heap_ref(self.text_root);
+            if u64::from(chunk) >= self.metadata_heap_chunk_count
+                || u64::from(off) < super::record::HEAP_CHUNK_HEAD_BYTES
+                || off % 8 != 0
+            {
+                return bad(
+                    format!(
+                        "full-text root {:#x} outside the metadata heap",
+                        self.text_root
+                    ),
+                    at::TEXT_ROOT,
+                );
+            }
         }
         if self.codebook != 0
             && (self.codes == 0
@@ -677,6 +716,7 @@ pub(crate) mod tests {
             codebook: 0,
             file_id: [7; 16],
             user_version: 0,
+            text_root: 0,
             sequence: 9,
             table_pages: vec![196_608, 327_680],
         }

@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod patch;
 pub mod record;
 pub mod table;
+pub mod text;
 pub mod vector;
 
 /// Bytes 0–7 of both header copies, forever (decision 7).
@@ -31,7 +32,7 @@ pub const READ_VERSION: u32 = 5;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.
-pub const WRITE_VERSION: u32 = 8;
+pub const WRITE_VERSION: u32 = 9;
 /// The write version of a file that holds metadata: releases before it read such a file
 /// correctly (they ignore the metadata heap and the slots' metadata references) and must not
 /// write it, since their writes would not keep its metadata.
@@ -46,6 +47,11 @@ pub const CODES_WRITE_VERSION: u32 = 6;
 /// reserved bytes they ignore) and must not write it, since their commits would write 0 there
 /// and the application would lose the version it pairs the file's state with.
 pub const USER_VERSION_WRITE_VERSION: u32 = 8;
+/// The write version of a file that keeps a full-text index ([`text`], the header's
+/// `text_root`): releases before it read such a file correctly (its blobs sit in the metadata
+/// heap where only the root leads) and must not write it, since their adds, deletes and
+/// metadata changes would leave the index disagreeing with the documents.
+pub const TEXT_WRITE_VERSION: u32 = 9;
 
 /// Every region starts at a multiple of this: the Windows mapping granularity and a multiple
 /// of every supported page size (decision 1).

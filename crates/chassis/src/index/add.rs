@@ -262,6 +262,20 @@ impl Writer {
         docs: &[Vec<u8>],
         threads: usize,
     ) -> Result<()> {
+        let first = self.count;
+        self.insert_batch_graph(ids, flat, docs, threads)?;
+        // The documents join the full-text index once their slots are linked: text searches
+        // see the batch with the write's publication, all at once.
+        self.index_text(first, ids.len(), docs)
+    }
+
+    fn insert_batch_graph(
+        &mut self,
+        ids: &[u64],
+        flat: Vec<f32>,
+        docs: &[Vec<u8>],
+        threads: usize,
+    ) -> Result<()> {
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             t => t,

@@ -29,6 +29,8 @@ pub struct CheckReport {
     pub unreachable_sample: Vec<u64>,
     /// recall@10 of searches for sampled stored vectors against brute force, if asked.
     pub recall: Option<f64>,
+    /// Postings of the full-text index checked against the documents (0 without one).
+    pub text_postings: u64,
 }
 
 impl Writer {
@@ -183,6 +185,9 @@ impl Writer {
                 }
             }
         }
+        // The full-text index is derived data too: it must be exactly what indexing the
+        // committed documents gives, with the live documents' statistics.
+        r.text_postings = self.check_text(&mut problem);
         let lost = if r.problems.is_empty() {
             self.unreachable_slots()
         } else {

@@ -50,6 +50,8 @@ impl Writer {
         }
         let old = self.store.header().clone();
         let deletes: Vec<u32> = self.pending_deletes.iter().copied().collect();
+        // The full-text index's new blobs first: the commit below names its root.
+        let (text_root, text) = self.write_text()?;
         // A delete flush commits at epoch E + 1 through the intent header (decision 6).
         let epoch = if deletes.is_empty() {
             old.delete_epoch
@@ -83,9 +85,13 @@ impl Writer {
             } else {
                 self.user_version
             },
+            text_root,
             ..old
         };
         self.store.commit(next, &deletes)?;
+        if let Some(t) = text {
+            self.text = t;
+        }
         self.pending_deletes.clear();
         self.dirty = false;
         Ok(())
@@ -125,6 +131,7 @@ impl Writer {
     pub(crate) fn close_keeping_sequence(mut self) -> Result<()> {
         let h = self.store.header();
         let only_lists = self.pending_deletes.is_empty()
+            && !self.text.changed
             && u64::from(self.count) == h.committed_count
             && self.next_id == h.next_id;
         if self.read_only.is_some() || !only_lists {

@@ -32,6 +32,7 @@ mod published;
 mod replace;
 mod rollback;
 mod search;
+mod text;
 mod walk;
 
 use std::collections::HashSet;
@@ -94,6 +95,8 @@ pub(crate) struct Writer {
     deleted: DeleteMarks,
     /// The user version the next flush commits ([`Index::set_user_version`]).
     user_version: u64,
+    /// The full-text index as this writer sees it ([`text`]).
+    text: text::TextState,
     /// What searches of states a rollback discarded still hold: no discarded slot is
     /// rewritten until each is gone ([`rollback`]).
     discarded: Vec<std::sync::Weak<published::Shared>>,
@@ -396,6 +399,9 @@ impl Writer {
 
     /// Marks `slot` deleted, for searches from the next publication on.
     fn mark_pending_delete(&mut self, slot: u32) {
+        if !self.pending_deletes.contains(&slot) {
+            self.unindex_text(slot);
+        }
         self.pending_deletes.insert(slot);
         let next = self.generation.load(std::sync::atomic::Ordering::Relaxed) + 1;
         self.deleted.set(slot, next);

@@ -87,7 +87,16 @@ impl Writer {
     pub(super) fn create_at(storage: FileStorage, path: &Path, options: Options) -> Result<Writer> {
         let new = options.validate()?;
         let store = Store::create(Arc::new(storage), &new)?;
-        Writer::from_store(store, Some(path.to_path_buf()), None)
+        Writer::from_store(store, Some(path.to_path_buf()), None)?.with_text_fields(&options)
+    }
+
+    /// A new file's text fields, committed at once (readers see them from the start).
+    fn with_text_fields(mut self, options: &Options) -> Result<Writer> {
+        if !options.text_fields.is_empty() {
+            self.set_text_fields(&options.text_fields)?;
+            self.flush()?;
+        }
+        Ok(self)
     }
 
     pub(super) fn open(path: impl AsRef<Path>) -> Result<Writer> {
@@ -130,7 +139,7 @@ impl Writer {
         let new = options.validate()?;
         storage.try_lock_exclusive()?;
         let store = Store::create(storage, &new)?;
-        Writer::from_store(store, None, None)
+        Writer::from_store(store, None, None)?.with_text_fields(&options)
     }
 
     pub(super) fn open_in(storage: Arc<dyn Storage>) -> Result<Writer> {
@@ -192,6 +201,7 @@ impl Writer {
             search_distances: AtomicU64::new(0),
             walk: WalkCheck::new(h.flags, h.committed_count, metric),
             routed: AtomicU32::new(count),
+            text_scratch: Mutex::new(Vec::new()),
         });
         let index = Writer {
             path: path.clone(),
@@ -219,6 +229,7 @@ impl Writer {
             pending_deletes: HashSet::new(),
             dirty: false,
             user_version: h.user_version,
+            text: Default::default(),
             discarded: Vec::new(),
             shared: Arc::clone(&shared),
             deleted: DeleteMarks::default(),
@@ -235,6 +246,7 @@ impl Writer {
                 return Err(Error::corrupt("entry point has no segment", 0));
             }
         }
+        index.text = index.load_text(None)?;
         if index.read_only.is_none() {
             // Codes that went missing (a writer trained them and stopped before its flush)
             // are trained again: no committed header names a codebook yet, so no reader reads

@@ -88,6 +88,10 @@ pub struct Options {
     /// for searches to walk the graph by, ranking what they find exactly; a file with codes has
     /// write version 6. The default, [`CodeKind::None`], walks by the vectors.
     pub codes: CodeKind,
+    /// Metadata fields whose text is indexed for full-text and hybrid search
+    /// ([`crate::Index::search_text`]); empty (the default) for none. A file with a full-text
+    /// index has write version 9.
+    pub text_fields: Vec<crate::text::TextFieldSpec>,
 }
 
 impl Options {
@@ -103,7 +107,25 @@ impl Options {
             geometry: None,
             vector_layout: VectorLayout::default(),
             codes: CodeKind::None,
+            text_fields: Vec::new(),
         }
+    }
+
+    /// Sets the metadata fields indexed for full-text search, each with the default analysis
+    /// (Unicode words, lowercased); see [`crate::text::TextFieldSpec`] for stemming and stop
+    /// words.
+    pub fn text_fields<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Options {
+        self.text_fields = names
+            .into_iter()
+            .map(crate::text::TextFieldSpec::new)
+            .collect();
+        self
+    }
+
+    /// Sets the fields indexed for full-text search, with their analysis.
+    pub fn text_field_specs(mut self, specs: Vec<crate::text::TextFieldSpec>) -> Options {
+        self.text_fields = specs;
+        self
     }
 
     /// Sets the codes kept beside the vectors.
@@ -184,6 +206,7 @@ impl Options {
         if let Some(why) = geometry.validate(m, layers) {
             return Err(Error::InvalidArgument(format!("geometry: {why}")));
         }
+        crate::text::fields_of(&self.text_fields)?;
         Ok(NewFile {
             dims,
             metric: self.metric.code(),
@@ -271,6 +294,10 @@ pub struct Info {
     pub file_id: Option<String>,
     /// The user version the last flush committed ([`crate::Index::set_user_version`]).
     pub user_version: u64,
+    /// The fields indexed for full-text search (empty: none).
+    pub text_fields: Vec<crate::text::TextFieldSpec>,
+    /// Segments of the full-text index (stored, then this handle's in memory).
+    pub text_segments: (u64, u64),
 }
 
 /// A file identity as 32 lowercase hex digits, `None` when it is all zero (no identity).

@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub(super) walk: WalkCheck,
     /// Slots searches may route through (release after a slot is linked; see the module).
     pub(super) routed: AtomicU32,
+    /// Reusable memory of text searches.
+    pub(super) text_scratch: Mutex<Vec<crate::text::TextScratch>>,
 }
 
 impl Shared {
@@ -86,6 +88,7 @@ impl Shared {
             search_distances: AtomicU64::new(self.search_distances.load(Ordering::Relaxed)),
             walk: self.walk.carry(),
             routed: AtomicU32::new(routed),
+            text_scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -162,6 +165,8 @@ pub(crate) struct Published {
     pub(super) report: OpenReport,
     /// The user version the writer's next flush commits (the committed one until set).
     pub(super) user_version: u64,
+    /// The full-text index in this state.
+    pub(super) text: crate::text::TextView,
 }
 
 impl Writer {
@@ -176,6 +181,7 @@ impl Writer {
             deleted: self.deleted.clone(),
             report: self.report.clone(),
             user_version: self.user_version,
+            text: self.text.view.clone(),
             ..Published::initial(
                 &self.shared,
                 &self.store,
@@ -215,6 +221,7 @@ impl Published {
             path: path.clone(),
             report: OpenReport::default(),
             user_version: store.header().user_version,
+            text: crate::text::TextView::default(),
         }
     }
 
@@ -313,6 +320,13 @@ impl Published {
             indexed_fields: self.indexed_fields(),
             file_id: super::options::file_id_hex(&h.file_id),
             user_version: h.user_version,
+            text_fields: self
+                .text
+                .fields
+                .iter()
+                .map(crate::text::TextFieldSpec::of)
+                .collect(),
+            text_segments: (self.text.stored.len() as u64, self.text.memory.len() as u64),
         })
     }
 }

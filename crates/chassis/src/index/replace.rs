@@ -233,6 +233,9 @@ impl Writer {
             progress(new.count as usize, live.len());
         }
         progress(live.len(), live.len());
+        // The full-text index is rebuilt from the documents the new file holds: one segment
+        // per field set, its statistics those of the live documents (all of them now).
+        new.set_text_fields(&self.text_fields())?;
         new.next_id = self.next_id;
         // The application's version describes the data, which the new file holds unchanged.
         new.user_version = self.user_version;

@@ -58,6 +58,8 @@ pub(crate) struct Savepoint {
     user_version: u64,
     next_id: u64,
     heaps: HeapMark,
+    /// The full-text state (`None` for the committed one: loaded again from the root).
+    text: Option<super::text::TextState>,
 }
 
 impl Writer {
@@ -72,6 +74,7 @@ impl Writer {
             user_version: self.user_version,
             next_id: self.next_id,
             heaps: self.store.heap_mark(),
+            text: Some(self.text.clone()),
         }
     }
 
@@ -92,6 +95,7 @@ impl Writer {
             user_version: h.user_version,
             next_id: h.next_id,
             heaps: HeapMark::committed(h),
+            text: None,
         }
     }
 
@@ -133,6 +137,13 @@ impl Writer {
             self.deleted = marks;
         }
         self.store.rewind(sp.heaps);
+        self.text = match sp.text {
+            Some(t) => t,
+            None => {
+                let stored = self.text.view.clone();
+                self.load_text(Some(&stored))?
+            }
+        };
         self.pending_deletes = sp.pending_deletes;
         self.flags = sp.flags;
         self.user_version = sp.user_version;

@@ -309,6 +309,20 @@ impl Published {
         let routing = self.routing();
         let (k, ef) =
             crate::query::bound_k_ef(k, ef, self.len_at(routing) as u64, u64::from(routing));
+        self.with_filter(filter, routing, |compiled| {
+            self.filtered_on(&q, k, ef, compiled, routing)
+        })?
+    }
+
+    /// Runs `f` with `filter` compiled against the field indexes of the slots below
+    /// `routing` (building the indexes of the fields it names first, when needed).
+    pub(super) fn with_filter<T>(
+        &self,
+        filter: &Filter,
+        routing: u32,
+        f: impl FnOnce(&crate::filter::index::Compiled<'_>) -> T,
+    ) -> Result<T> {
+        filter.validate()?;
         let fields = filter.fields();
         let filters = &self.shared.filters;
         if !read(filters).ready(&fields, routing) {
@@ -316,6 +330,17 @@ impl Published {
         }
         let index = read(filters);
         let compiled = index.compile(filter);
+        Ok(f(&compiled))
+    }
+
+    fn filtered_on(
+        &self,
+        q: &AlignedVector,
+        k: usize,
+        ef: usize,
+        compiled: &crate::filter::index::Compiled<'_>,
+        routing: u32,
+    ) -> Result<(Vec<Neighbor>, Strategy)> {
         let view = self.view(routing);
         let target = Target {
             store: &view,
@@ -328,7 +353,7 @@ impl Published {
         let mut scratch = self.shared.take_scratch();
         let distances_before = scratch.distance_count;
         let (hits, strategy) =
-            crate::filter::search::search(&target, &q, k, ef, &compiled, &mut scratch);
+            crate::filter::search::search(&target, q, k, ef, compiled, &mut scratch);
         self.shared.search_distances.fetch_add(
             scratch.distance_count - distances_before,
             AtomicOrdering::Relaxed,

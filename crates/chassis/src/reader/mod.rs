@@ -14,6 +14,7 @@
 //! change, so the custom-id table only ever grows per file.
 
 mod snapshot;
+mod text;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +116,10 @@ pub struct IndexReader {
     filters: RwLock<Option<(u64, FilterIndex)>>,
     counters: Counters,
     routing: AtomicBool,
+    /// The full-text index of the newest snapshot that searched it: (file generation, root,
+    /// view). Later roots of the same file reuse its open segments.
+    text: Mutex<Option<(u64, u64, crate::text::TextView)>>,
+    text_scratch: Mutex<Vec<crate::text::TextScratch>>,
 }
 
 impl std::fmt::Debug for IndexReader {
@@ -426,6 +431,8 @@ impl IndexReader {
             search_distances: AtomicU64::new(0),
             ids: Mutex::new(None),
             filters: RwLock::new(None),
+            text: Mutex::new(None),
+            text_scratch: Mutex::new(Vec::new()),
             counters,
             routing: AtomicBool::new(true),
         };
@@ -777,9 +784,23 @@ impl IndexReader {
         filter.validate()?;
         let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, query)?);
         let (k, ef) = crate::query::bound_k_ef(k, ef, snap.len(), snap.routing_count());
-        let h = &snap.header;
         let view = View::new(self, snap);
-        let n = h.committed_count.min(u64::from(u32::MAX)) as u32;
+        self.with_filter(snap, &view, filter, |compiled| {
+            self.filtered_on(&view, snap, &q, k, ef, compiled)
+        })?
+    }
+
+    /// Runs `f` with `filter` compiled against the reader's field indexes of `snap`'s
+    /// committed slots (building the indexes of the fields it names first, when needed).
+    fn with_filter<T>(
+        &self,
+        snap: &Snapshot,
+        view: &View<'_>,
+        filter: &Filter,
+        f: impl FnOnce(&Compiled<'_>) -> T,
+    ) -> Result<T> {
+        filter.validate()?;
+        let n = snap.header.committed_count.min(u64::from(u32::MAX)) as u32;
         let fields = filter.fields();
         let generation = snap.file.generation;
         let ready = read_lock(&self.filters)
@@ -801,11 +822,11 @@ impl IndexReader {
             drop(guard);
             let mut own = FilterIndex::new();
             own.prepare(&fields, n, &view.slots)?;
-            return self.filtered_on(&view, snap, &q, k, ef, &own.compile(filter));
+            return Ok(f(&own.compile(filter)));
         };
         debug_assert_eq!(*g, generation);
         let compiled = index.compile(filter);
-        self.filtered_on(&view, snap, &q, k, ef, &compiled)
+        Ok(f(&compiled))
     }
 
     fn filtered_on(

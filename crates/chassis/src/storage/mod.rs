@@ -237,6 +237,37 @@ pub(crate) fn read_metadata<'a>(
     metadata::check_entry(head, doc, id, at)
 }
 
+/// The metadata heap's mapped chunks as a source of full-text blobs (`format::text`): bytes
+/// at a heap reference, bounded by the chunk.
+#[derive(Clone, Copy)]
+pub struct HeapBlobs<'a> {
+    chunks: &'a [Mapped],
+    geometry: Geometry,
+}
+
+impl<'a> HeapBlobs<'a> {
+    pub(crate) fn new(chunks: &'a [Mapped], geometry: Geometry) -> HeapBlobs<'a> {
+        HeapBlobs { chunks, geometry }
+    }
+
+    /// The `n` bytes at heap reference `r`, if they lie inside one mapped chunk after its
+    /// head. Callers ask only for committed blobs or the writer's own (bytes nothing writes
+    /// while they are borrowed).
+    pub fn bytes(&self, r: u64, n: usize) -> Option<&'a [u8]> {
+        let (c, o) = record::split_heap_ref(r);
+        let chunk = self.chunks.get(c as usize)?;
+        let size = self
+            .geometry
+            .metadata_chunk_bytes(u64::from(c))
+            .min(chunk.region.len());
+        let o = u64::from(o);
+        if o < record::HEAP_CHUNK_HEAD_BYTES || o.checked_add(n as u64)? > size {
+            return None;
+        }
+        chunk.region.bytes(o, n).ok()
+    }
+}
+
 /// The mapped regions of one file and how to address a slot in them: what a search reads.
 ///
 /// Cheap to clone (its region lists are shared `Arc`s). The writer's [`Store`] holds the
@@ -302,6 +333,11 @@ impl Regions {
             r,
             id,
         )
+    }
+
+    /// The metadata heap as a source of full-text blobs.
+    pub fn heap_blobs(&self) -> HeapBlobs<'_> {
+        HeapBlobs::new(&self.metadata_chunks, self.geometry)
     }
 
     /// The metadata document of `slot` (the empty one when it has none).
@@ -528,6 +564,7 @@ impl Store {
             codebook: 0,
             file_id: crate::os::new_file_id()?,
             user_version: 0,
+            text_root: 0,
             sequence: 1,
             table_pages: Vec::new(),
         };
@@ -1184,7 +1221,39 @@ impl Store {
         if doc.len() <= 2 && doc.iter().all(|&b| b == 0) {
             return Ok(0);
         }
-        let entry = metadata::encode_entry(id, doc);
+        self.alloc_metadata_heap(&metadata::encode_entry(id, doc))
+    }
+
+    /// Stores one blob of the full-text index (`format::text`: a multiple of 8 bytes, at most
+    /// 64 KiB) in the metadata heap and returns its heap reference. Like a metadata entry it
+    /// counts from the next commit, and only the committed `text_root` leads to it.
+    pub fn alloc_text_blob(&mut self, kind: u32, payload: &[u8]) -> Result<u64> {
+        self.require_writable()?;
+        if payload.len() > crate::format::text::MAX_PAYLOAD {
+            return Err(Error::InvalidArgument(
+                "a full-text blob larger than the format allows".into(),
+            ));
+        }
+        if mutants::active(Mutant::TextPostingsWrong) && kind == crate::format::text::KIND_POSTINGS
+        {
+            // The first posting's term frequency one above its document's.
+            let mut p = payload.to_vec();
+            let tf = p
+                .iter()
+                .skip(12)
+                .position(|b| b & 0x80 == 0)
+                .map(|i| 13 + i);
+            if let Some(b) = tf.and_then(|i| p.get_mut(i)).filter(|b| **b < 0x7F) {
+                *b += 1;
+            }
+            return self.alloc_metadata_heap(&crate::format::text::encode_blob(kind, &p));
+        }
+        self.alloc_metadata_heap(&crate::format::text::encode_blob(kind, payload))
+    }
+
+    /// Writes `entry` (8-byte aligned bytes) at the metadata heap's first free position that
+    /// holds it whole, allocating the space first, and returns its reference.
+    fn alloc_metadata_heap(&mut self, entry: &[u8]) -> Result<u64> {
         let bytes = entry.len() as u64;
         let (mut chunk, mut off) = record::split_heap_ref(self.metadata_next);
         off = off.max(record::HEAP_CHUNK_HEAD_BYTES as u32);
@@ -1217,7 +1286,7 @@ impl Store {
             }
         }
         let region = &self.metadata_chunks[c].region;
-        region.write(u64::from(off), &entry)?;
+        region.write(u64::from(off), entry)?;
         self.metadata_next = record::heap_ref(chunk, off + bytes as u32);
         Ok(record::heap_ref(chunk, off))
     }
@@ -1403,6 +1472,13 @@ impl Store {
         if next.user_version != 0 {
             // Releases before user versions would commit 0 over it: they must not write.
             next.write_version = next.write_version.max(format::USER_VERSION_WRITE_VERSION);
+        }
+        if mutants::active(Mutant::TextRootNotCommitted) {
+            next.text_root = self.header.text_root;
+        }
+        if next.text_root != 0 {
+            // Releases before full-text search would change documents without the index.
+            next.write_version = next.write_version.max(format::TEXT_WRITE_VERSION);
         }
         // Every commit keeps the file's identity; a file without one (written before
         // identities, or by a release that wrote those bytes as zero) gets one now, so from

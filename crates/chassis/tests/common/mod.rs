@@ -216,3 +216,79 @@ pub fn current_header(bytes: &[u8]) -> (chassis::format::header::Header, usize) 
         .max_by_key(|(h, _)| h.sequence)
         .expect("a valid header copy")
 }
+
+/// BM25 straight from the formula over the live documents (Lucene's idf and k1, b), summed
+/// over `fields`; ties by id.
+pub fn bm25_reference(
+    docs: &std::collections::BTreeMap<u64, chassis::Metadata>,
+    fields: &[&str],
+    query: &str,
+    k: usize,
+    pass: impl Fn(&chassis::Metadata) -> bool,
+) -> Vec<(u64, f32)> {
+    let a = chassis::text::Analyzer::default();
+    let mut scores: std::collections::BTreeMap<u64, f32> = std::collections::BTreeMap::new();
+    for field in fields {
+        let toks: std::collections::BTreeMap<u64, Vec<String>> = docs
+            .iter()
+            .map(|(&id, d)| {
+                let mut t = Vec::new();
+                if let Some(chassis::Value::Str(s)) = d.get(*field) {
+                    chassis::text::analyze(s, &a, &mut t);
+                }
+                (id, t)
+            })
+            .collect();
+        let n = toks.values().filter(|t| !t.is_empty()).count() as f64;
+        if n == 0.0 {
+            continue;
+        }
+        let avgdl = toks.values().map(|t| t.len()).sum::<usize>() as f64 / n;
+        let mut q = Vec::new();
+        chassis::text::analyze(query, &a, &mut q);
+        let mut qc: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+        for t in q {
+            *qc.entry(t).or_insert(0) += 1;
+        }
+        for (t, c) in qc {
+            let df = toks.values().filter(|d| d.contains(&t)).count() as f64;
+            if df == 0.0 {
+                continue;
+            }
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for (&id, d) in &toks {
+                let tf = d.iter().filter(|x| **x == t).count() as f64;
+                if tf > 0.0 && pass(&docs[&id]) {
+                    let s = idf * c as f64 * tf
+                        / (tf + 1.2 * (1.0 - 0.75 + 0.75 * d.len() as f64 / avgdl));
+                    *scores.entry(id).or_insert(0.0) += s as f32;
+                }
+            }
+        }
+    }
+    let mut out: Vec<(u64, f32)> = scores.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.truncate(k);
+    out
+}
+
+/// The hits agree with the reference: the same scores in order, and the same ids except
+/// among documents tied with the last score (ties are broken by slot, the reference breaks
+/// them by id).
+pub fn agree(got: &[(u64, f32)], want: &[(u64, f32)], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
+    let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+    for (g, w) in got.iter().zip(want) {
+        assert!(close(g.1, w.1), "{what}: {got:?} vs {want:?}");
+    }
+    let Some(&(_, last)) = want.last() else {
+        return;
+    };
+    let above = |v: &[(u64, f32)]| -> std::collections::BTreeSet<u64> {
+        v.iter()
+            .filter(|x| !close(x.1, last))
+            .map(|x| x.0)
+            .collect()
+    };
+    assert_eq!(above(got), above(want), "{what}: {got:?} vs {want:?}");
+}
