@@ -19,8 +19,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use chassis::{
-    Collection, CompactOptions, Error, Filter, Index, IndexReader, Metadata, Metric, Options,
-    VectorLayout,
+    Collection, CompactOptions, Error, Filter, Fusion, HybridHit, HybridOptions, Index,
+    IndexReader, Metadata, Metric, Options, TextFieldSpec, TextHit, VectorLayout,
 };
 
 create_exception!(
@@ -169,6 +169,106 @@ fn answer_width(k: usize, live: u64, rows: usize) -> PyResult<usize> {
 
 /// What `search` returns: ids and distances, rows × k.
 type Hits<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
+
+/// A text field as Python gives it: (name, stem, stop_words, lowercase).
+type FieldTuple = (String, bool, bool, bool);
+
+fn specs_of(fields: Vec<FieldTuple>) -> Vec<TextFieldSpec> {
+    fields
+        .into_iter()
+        .map(|(name, stem, stop, lower)| {
+            TextFieldSpec::new(name)
+                .stem(stem)
+                .stop_words(stop)
+                .lowercase(lower)
+        })
+        .collect()
+}
+
+fn tuples_of(specs: &[TextFieldSpec]) -> Vec<FieldTuple> {
+    specs
+        .iter()
+        .map(|s| (s.name.clone(), s.stem, s.stop_words, s.lowercase))
+        .collect()
+}
+
+/// What `search_hybrid` returns, rows × k each: ids, fused scores, each leg's rank (0: not
+/// found by it) and its own score (NaN: not found).
+type HybridArrays<'py> = (
+    Bound<'py, PyArray2<u64>>,
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray2<u32>>,
+    Bound<'py, PyArray2<f32>>,
+    Bound<'py, PyArray2<u32>>,
+    Bound<'py, PyArray2<f32>>,
+);
+
+/// Runs `one(r)` for every row `r` of `rows`, on `threads` threads (0: one per core), and
+/// returns the answers in row order.
+fn per_row<T: Send>(
+    rows: usize,
+    threads: usize,
+    one: impl Fn(usize) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        t => t,
+    }
+    .min(rows.max(1));
+    if threads <= 1 {
+        return (0..rows).map(&one).collect();
+    }
+    let chunk = rows.div_ceil(threads);
+    let parts: Vec<Result<Vec<T>, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..rows)
+            .step_by(chunk)
+            .map(|from| {
+                let one = &one;
+                s.spawn(move || (from..(from + chunk).min(rows)).map(one).collect())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(Error::InvalidArgument("search thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(rows);
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
+/// The filter of row `r`: none, one for all rows, or one per row (parsed before any work).
+fn parse_filters(
+    filters: Option<Vec<Option<String>>>,
+    rows: usize,
+) -> PyResult<Vec<Option<Filter>>> {
+    let filters: Vec<Option<Filter>> = filters
+        .unwrap_or_default()
+        .iter()
+        .map(|f| f.as_deref().map(Filter::parse).transpose())
+        .collect::<Result<_, Error>>()
+        .map_err(to_py)?;
+    if filters.len() > 1 && filters.len() != rows {
+        return Err(InvalidArgumentError::new_err(format!(
+            "{} filters for {rows} queries: give one for all, or one per query",
+            filters.len()
+        )));
+    }
+    Ok(filters)
+}
+
+fn filter_at(filters: &[Option<Filter>], r: usize) -> Option<&Filter> {
+    match filters.len() {
+        0 => None,
+        1 => filters[0].as_ref(),
+        _ => filters[r].as_ref(),
+    }
+}
 
 /// The native index; use `chassis.Index`.
 #[pyclass(module = "chassis._chassis")]
@@ -320,8 +420,10 @@ impl RawIndex {
         format: u32,
         codes: &str,
         precision: &str,
+        text_fields: Vec<FieldTuple>,
     ) -> PyResult<RawIndex> {
-        let opts = options_of(dims, metric, m, ef_construction, format, codes, precision)?;
+        let opts = options_of(dims, metric, m, ef_construction, format, codes, precision)?
+            .text_field_specs(specs_of(text_fields));
         let p = path.clone();
         let ix = py
             .allow_threads(|| Index::create(&p, opts))
@@ -740,6 +842,161 @@ impl RawIndex {
         ))
     }
 
+    /// BM25's top k for each text: (ids, scores), rows × k, padded with u64::MAX and -inf.
+    fn search_text<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        k: usize,
+        threads: usize,
+        filters: Option<Vec<Option<String>>>,
+    ) -> PyResult<Hits<'py>> {
+        let rows = texts.len();
+        let g = self.read();
+        let inner = g.as_deref().ok_or_else(closed)?;
+        let live = match inner {
+            Inner::Writer(ix) => ix.len() as u64,
+            Inner::Reader(r) => r.len().map_err(to_py)?,
+        };
+        let k = answer_width(k, live, rows)?;
+        let (ids, scores) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
+            let filters = parse_filters(filters, rows)?;
+            let hits: Vec<Vec<TextHit>> = per_row(rows, threads, |r| {
+                let f = filter_at(&filters, r);
+                match inner {
+                    Inner::Writer(ix) => ix.search_text(&texts[r], k, f),
+                    Inner::Reader(rd) => rd.search_text(&texts[r], k, f),
+                }
+            })
+            .map_err(to_py)?;
+            let mut ids = vec![u64::MAX; rows * k];
+            let mut scores = vec![f32::NEG_INFINITY; rows * k];
+            for (r, list) in hits.iter().enumerate() {
+                for (i, h) in list.iter().enumerate().take(k) {
+                    ids[r * k + i] = h.id;
+                    scores[r * k + i] = h.score;
+                }
+            }
+            Ok((ids, scores))
+        })?;
+        Ok((
+            ids.into_pyarray(py).reshape([rows, k])?,
+            scores.into_pyarray(py).reshape([rows, k])?,
+        ))
+    }
+
+    /// Hybrid search, one text per query row.
+    #[allow(clippy::too_many_arguments)]
+    fn search_hybrid<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        texts: Vec<String>,
+        k: usize,
+        ef: usize,
+        threads: usize,
+        filters: Option<Vec<Option<String>>>,
+        fusion: &str,
+        rrf_k: f32,
+        vector_weight: f32,
+        text_weight: f32,
+        depth: usize,
+    ) -> PyResult<HybridArrays<'py>> {
+        let rows = queries.shape()[0];
+        let dims = queries.shape()[1];
+        if texts.len() != rows {
+            return Err(InvalidArgumentError::new_err(format!(
+                "{} texts for {rows} query vectors: give one text per vector",
+                texts.len()
+            )));
+        }
+        let data = queries.as_slice()?.to_vec();
+        let opts = HybridOptions {
+            fusion: match fusion {
+                "rrf" => Fusion::Rrf { k: rrf_k },
+                "relative_score" | "relative" => Fusion::RelativeScore,
+                f => {
+                    return Err(InvalidArgumentError::new_err(format!(
+                        "fusion must be 'rrf' or 'relative_score', got {f:?}"
+                    )))
+                }
+            },
+            vector_weight,
+            text_weight,
+            depth,
+        };
+        let g = self.read();
+        let inner = g.as_deref().ok_or_else(closed)?;
+        let live = match inner {
+            Inner::Writer(ix) => ix.len() as u64,
+            Inner::Reader(r) => r.len().map_err(to_py)?,
+        };
+        let k = answer_width(k, live, rows)?;
+        type Cols = (Vec<u64>, Vec<f32>, Vec<u32>, Vec<f32>, Vec<u32>, Vec<f32>);
+        let cols = py.allow_threads(|| -> PyResult<Cols> {
+            let filters = parse_filters(filters, rows)?;
+            let hits: Vec<Vec<HybridHit>> = per_row(rows, threads, |r| {
+                let (q, t, f) = (
+                    &data[r * dims..(r + 1) * dims],
+                    &texts[r],
+                    filter_at(&filters, r),
+                );
+                match inner {
+                    Inner::Writer(ix) => ix.search_hybrid(q, t, k, ef, f, &opts),
+                    Inner::Reader(rd) => rd.search_hybrid(q, t, k, ef, f, &opts),
+                }
+            })
+            .map_err(to_py)?;
+            let n = rows * k;
+            let mut c: Cols = (
+                vec![u64::MAX; n],
+                vec![f32::NEG_INFINITY; n],
+                vec![0; n],
+                vec![f32::NAN; n],
+                vec![0; n],
+                vec![f32::NAN; n],
+            );
+            for (r, list) in hits.iter().enumerate() {
+                for (i, h) in list.iter().enumerate().take(k) {
+                    let at = r * k + i;
+                    c.0[at] = h.id;
+                    c.1[at] = h.score;
+                    if let Some(v) = h.vector {
+                        c.2[at] = v.rank;
+                        c.3[at] = v.score;
+                    }
+                    if let Some(t) = h.text {
+                        c.4[at] = t.rank;
+                        c.5[at] = t.score;
+                    }
+                }
+            }
+            Ok(c)
+        })?;
+        let shape = [rows, k];
+        Ok((
+            cols.0.into_pyarray(py).reshape(shape)?,
+            cols.1.into_pyarray(py).reshape(shape)?,
+            cols.2.into_pyarray(py).reshape(shape)?,
+            cols.3.into_pyarray(py).reshape(shape)?,
+            cols.4.into_pyarray(py).reshape(shape)?,
+            cols.5.into_pyarray(py).reshape(shape)?,
+        ))
+    }
+
+    fn set_text_fields(&self, py: Python<'_>, fields: Vec<FieldTuple>) -> PyResult<()> {
+        let specs = specs_of(fields);
+        py.allow_threads(|| self.with_writer(|ix| ix.set_text_fields(&specs)))
+    }
+
+    fn text_fields(&self) -> PyResult<Vec<FieldTuple>> {
+        match self.read().as_deref() {
+            Some(Inner::Writer(ix)) => Ok(tuples_of(&ix.text_fields())),
+            Some(Inner::Reader(r)) => Ok(tuples_of(&r.text_fields().map_err(to_py)?)),
+            None => Err(closed()),
+        }
+    }
+
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let g = self.read();
@@ -771,6 +1028,9 @@ impl RawIndex {
                 d.set_item("indexed_fields", i.indexed_fields)?;
                 d.set_item("file_id", i.file_id)?;
                 d.set_item("user_version", i.user_version)?;
+                let names: Vec<String> = i.text_fields.iter().map(|f| f.name.clone()).collect();
+                d.set_item("text_fields", names)?;
+                d.set_item("text_segments", i.text_segments.0 + i.text_segments.1)?;
             }
             Some(Inner::Reader(r)) => {
                 let snap = r.snapshot().map_err(to_py)?;
@@ -797,6 +1057,13 @@ impl RawIndex {
                 d.set_item("indexed_fields", r.indexed_fields())?;
                 d.set_item("file_id", snap.file_id())?;
                 d.set_item("user_version", snap.user_version())?;
+                let names: Vec<String> = r
+                    .text_fields()
+                    .map_err(to_py)?
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect();
+                d.set_item("text_fields", names)?;
             }
             None => return Err(closed()),
         }

@@ -180,6 +180,75 @@ def _ids(x, what: str = "ids") -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
+def _text_fields(fields):
+    """``[(name, stem, stop_words, lowercase)]`` from names (default analysis) or dicts
+    ``{"name": ..., "stem": bool, "stop_words": bool, "lowercase": bool}``."""
+    if fields is None:
+        return []
+    if isinstance(fields, (str, dict)):
+        fields = [fields]
+    out = []
+    for f in fields:
+        if isinstance(f, str):
+            out.append((f, False, False, True))
+        elif isinstance(f, dict):
+            unknown = set(f) - {"name", "stem", "stop_words", "lowercase"}
+            if unknown or "name" not in f:
+                raise InvalidArgumentError(
+                    "a text field is a name or a dict with 'name' and optionally 'stem', "
+                    f"'stop_words' and 'lowercase'; got keys {sorted(f)}"
+                )
+            out.append(
+                (
+                    str(f["name"]),
+                    bool(f.get("stem", False)),
+                    bool(f.get("stop_words", False)),
+                    bool(f.get("lowercase", True)),
+                )
+            )
+        else:
+            raise TypeError(f"a text field is a str or a dict, not {type(f).__name__}")
+    return out
+
+
+def _field_dicts(tuples):
+    return [
+        {"name": n, "stem": stem, "stop_words": stop, "lowercase": lower}
+        for n, stem, stop, lower in tuples
+    ]
+
+
+def _texts(text, n: int):
+    """One query text per row: a str for a single row, else a sequence of ``n`` strs."""
+    if isinstance(text, str):
+        texts = [text]
+    else:
+        texts = list(text)
+    for t in texts:
+        if not isinstance(t, str):
+            raise TypeError(f"query texts must be str, not {type(t).__name__}")
+    if n >= 0 and len(texts) != n:
+        raise InvalidArgumentError(
+            f"{len(texts)} texts for {n} query vectors: give one text per vector"
+        )
+    return texts
+
+
+def _filters(filter, n: int):
+    """``None``, or one JSON filter for every row, or one per row."""
+    if filter is None:
+        return None
+    if isinstance(filter, dict):
+        return [_json(filter, "filter")]
+    filters = [None if f is None else _json(f, "filter") for f in filter]
+    if len(filters) != n:
+        raise InvalidArgumentError(
+            f"{len(filters)} filters for {n} queries: give one dict for all, "
+            "or a list with one per query"
+        )
+    return filters
+
+
 #: Past this a ``k`` or ``ef`` means "as many as there are": it is lowered before it reaches
 #: the native call (which takes 64-bit sizes).
 _HUGE = 1 << 62
@@ -246,6 +315,7 @@ class Index:
         format: int = 4,
         codes: str = "none",
         precision: str = "f32",
+        text_fields=None,
     ) -> "Index":
         """Create a new index file at ``path`` (which must not exist) and open it as the writer.
 
@@ -268,11 +338,17 @@ class Index:
         (:class:`InvalidVectorError`). Queries stay f32; every returned distance is exact to
         the stored values, and ``get`` returns them (the rounded values). Combines with
         ``codes``. Releases before half precision refuse such a file (read version 5).
+
+        ``text_fields``: metadata keys whose text is indexed for :meth:`search_text` and
+        hybrid :meth:`search` (``text=``), e.g. ``["text"]``; each a name (Unicode words,
+        lowercased) or a dict ``{"name": "title", "stem": True, "stop_words": True}``
+        (English Snowball stemming, Lucene's English stop words). The index lives in the file
+        and commits with the documents (write version 9); see :meth:`set_text_fields`.
         """
         return cls._wrap(
             _RawIndex.create(
                 str(path), int(dims), metric, int(M), int(ef_construction), int(format),
-                str(codes), str(precision),
+                str(codes), str(precision), _text_fields(text_fields),
             )
         )
 
@@ -391,9 +467,21 @@ class Index:
         return out
 
     def search(
-        self, queries, k: int = 10, ef: int | None = None, threads: int = 0, filter=None
+        self,
+        queries,
+        k: int = 10,
+        ef: int | None = None,
+        threads: int = 0,
+        filter=None,
+        text=None,
+        fusion: str = "rrf",
+        weights=(1.0, 1.0),
+        depth: int | None = None,
+        rrf_k: float = 60.0,
+        return_legs: bool = False,
     ):
-        """The ``k`` nearest live vectors of each query, nearest first.
+        """The ``k`` nearest live vectors of each query, nearest first (or, with ``text``,
+        the best by hybrid search).
 
         ``queries``: one vector (1-D) or many (2-D). ``ef``: beam width (default max(64, k);
         higher is more accurate and slower). ``threads``: for a batch, 0 uses every core, 1
@@ -415,23 +503,74 @@ class Index:
         :data:`MISSING_ID` and ``inf``. A ``k`` above both :data:`MAX_PADDED_K` and the live
         count is lowered to the live count (the arrays are then that wide); an answer of more
         than :data:`MAX_ANSWER_CELLS` results raises :class:`InvalidArgumentError`.
+
+        **Hybrid search** (``text``: one query text per vector; the index needs text fields):
+        a vector leg and a BM25 leg (:meth:`search_text`), each returning ``depth``
+        candidates (default max(k, 50)), fused. ``fusion="rrf"`` (the default): reciprocal
+        rank fusion, each leg adding ``weight / (rrf_k + rank)``; it needs no tuning and
+        suits queries that paraphrase or misspell. ``fusion="relative_score"``: each leg's
+        scores min-max normalised over its list, then the weighted sum; on queries that copy
+        a document's words (names, codes) it follows BM25 more closely, e.g. with
+        ``weights=(0.3, 0.7)``. ``weights=(vector, text)``. The vector leg searches with ef
+        at least 4 × depth. A filter applies to both legs (each returns only what passes).
+        Returns ``(ids, scores)``, fused scores higher is better, padded with
+        :data:`MISSING_ID` and ``-inf``; with ``return_legs=True`` also a dict of arrays
+        ``vector_rank``, ``vector_distance``, ``text_rank``, ``text_score`` (rank 0 and NaN
+        where that leg did not return the hit).
         """
         q = _matrix(queries, self.dims, "queries")
         k, ef = _k_ef(k, ef)
-        if filter is None:
-            filters = None
-        elif isinstance(filter, dict):
-            filters = [_json(filter, "filter")]
-        else:
-            filters = [None if f is None else _json(f, "filter") for f in filter]
-            if len(filters) != q.shape[0]:
-                raise InvalidArgumentError(
-                    f"{len(filters)} filters for {q.shape[0]} queries: give one dict for all, "
-                    "or a list with one per query"
-                )
+        filters = _filters(filter, q.shape[0])
         # One query runs on the calling thread: handing it to the pool costs more than it saves.
         threads = 1 if q.shape[0] == 1 else int(threads)
-        return self._raw.search(q, k, ef, threads, filters)
+        if text is None:
+            return self._raw.search(q, k, ef, threads, filters)
+        texts = _texts(text, q.shape[0])
+        wv, wt = (float(w) for w in weights)
+        depth = 0 if depth is None else int(depth)
+        if depth < 0:
+            raise InvalidArgumentError("depth must be at least 1 (or None for the default)")
+        ids, scores, vr, vd, tr, ts = self._raw.search_hybrid(
+            q, texts, k, ef, threads, filters, str(fusion), float(rrf_k), wv, wt, depth
+        )
+        if return_legs:
+            legs = {
+                "vector_rank": vr,
+                "vector_distance": vd,
+                "text_rank": tr,
+                "text_score": ts,
+            }
+            return ids, scores, legs
+        return ids, scores
+
+    def search_text(self, texts, k: int = 10, filter=None, threads: int = 0):
+        """The ``k`` live documents that best match each query text by BM25 over the
+        index's text fields (Lucene's formula: k1 1.2, b 0.75, N and n over the live
+        documents), best first: exact, every live document holding a query term is scored.
+        ``texts``: a str or a list of them. ``filter``: as in :meth:`search` (it narrows the
+        candidates; the statistics stay those of every live document).
+
+        Returns ``(ids, scores)``: uint64 and float32 arrays of shape (n, k), padded with
+        :data:`MISSING_ID` and ``-inf`` where fewer documents hold a query term. Raises
+        :class:`InvalidArgumentError` when the index has no text fields."""
+        texts = _texts(texts, -1)
+        k, _ = _k_ef(k, None)
+        filters = _filters(filter, len(texts))
+        threads = 1 if len(texts) == 1 else int(threads)
+        return self._raw.search_text(texts, k, threads, filters)
+
+    @property
+    def text_fields(self) -> list:
+        """The metadata fields indexed for full-text search, as dicts (``name``, ``stem``,
+        ``stop_words``, ``lowercase``); empty when none."""
+        return _field_dicts(self._raw.text_fields())
+
+    def set_text_fields(self, fields) -> None:
+        """Index these metadata fields for full-text search from now on, every document
+        already stored included (``[]`` drops the index). Committed by the next
+        :meth:`flush`; this handle's searches see it at once. Each field is a name or a dict
+        as in :meth:`create`'s ``text_fields``."""
+        self._raw.set_text_fields(_text_fields(fields))
 
     def flush(self) -> None:
         """Make every add and delete since the last flush durable, all together (with the

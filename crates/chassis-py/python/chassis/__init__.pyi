@@ -28,6 +28,7 @@ class StorageError(ChassisError): ...
 _Path = Union[str, PathLike[str]]
 _Ids = Union[int, npt.ArrayLike]
 _Doc = Dict[str, Any]
+_TextField = Union[str, Dict[str, Any]]
 
 class Index:
     @classmethod
@@ -41,6 +42,7 @@ class Index:
         format: int = 4,
         codes: str = "none",
         precision: str = "f32",
+        text_fields: Optional[Union[_TextField, Sequence[_TextField]]] = None,
     ) -> "Index": ...
     @classmethod
     def open(cls, path: _Path, read_only: bool = False) -> "Index": ...
@@ -80,7 +82,23 @@ class Index:
         ef: Optional[int] = None,
         threads: int = 0,
         filter: Optional[Union[_Doc, Sequence[Optional[_Doc]]]] = None,
+        text: Optional[Union[str, Sequence[str]]] = None,
+        fusion: str = "rrf",
+        weights: Tuple[float, float] = (1.0, 1.0),
+        depth: Optional[int] = None,
+        rrf_k: float = 60.0,
+        return_legs: bool = False,
+    ) -> Any: ...
+    def search_text(
+        self,
+        texts: Union[str, Sequence[str]],
+        k: int = 10,
+        filter: Optional[Union[_Doc, Sequence[Optional[_Doc]]]] = None,
+        threads: int = 0,
     ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
+    @property
+    def text_fields(self) -> List[Dict[str, Any]]: ...
+    def set_text_fields(self, fields: Union[_TextField, Sequence[_TextField]]) -> None: ...
     def flush(self) -> None: ...
     def compact(
         self,
