@@ -132,6 +132,18 @@ typedef struct chassis_backup_report {
   bool unchanged;
 } chassis_backup_report;
 
+// Where a hybrid search writes each leg's rank and score (each pointer null to skip it).
+typedef struct chassis_hybrid_legs {
+  // Room for `k`: the vector leg's rank of each hit, from 1; 0 where it did not return it.
+  uint32_t *vector_ranks;
+  // Room for `k`: the vector leg's distance of each hit; NaN where it did not return it.
+  float *vector_distances;
+  // Room for `k`: the text leg's rank of each hit, from 1; 0 where it did not return it.
+  uint32_t *text_ranks;
+  // Room for `k`: the text leg's BM25 score of each hit; NaN where it did not return it.
+  float *text_scores;
+} chassis_hybrid_legs;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -698,6 +710,112 @@ enum chassis_status chassis_reader_search_filtered(const struct chassis_reader *
                                                    uint64_t *ids,
                                                    float *distances,
                                                    size_t *found);
+
+// Indexes these metadata fields for full-text search from now on, every document already
+// stored included: `fields_json` is a JSON array of names (`["text"]`) or objects
+// (`{"name": "title", "stem": true, "stop_words": true}`: English Snowball stemming,
+// Lucene's English stop words; `"lowercase": false` keeps case); `[]` drops the index.
+// Committed by the next `chassis_flush` (a file with text fields has write version 9).
+//
+// Thread safety: as `chassis_add`.
+//
+// # Safety
+// `index` is a live handle; `fields_json` is a NUL-terminated string.
+enum chassis_status chassis_set_text_fields(struct chassis_index *index, const char *fields_json);
+
+// Writes the index's text fields as a JSON array of objects (`[]` for none) and a NUL into
+// `buf` (room for `buf_len` bytes), and the length without the NUL to `out_len`;
+// `CHASSIS_STATUS_BUFFER_TOO_SMALL` (with `out_len` set) when it does not fit.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `buf` is null or writable for `buf_len` bytes; `out_len` is
+// writable.
+enum chassis_status chassis_text_fields(const struct chassis_index *index,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_len);
+
+// The `k` live documents that best match `text` by BM25 over the index's text fields, best
+// first: writes up to `k` ids and scores (`scores` may be null) and the count to `found`
+// (fewer than `k` when fewer documents hold a query term). `filter_json` (null for none)
+// narrows what is returned, as in `chassis_search_filtered`.
+// `CHASSIS_STATUS_INVALID_ARGUMENT` when the index has no text fields.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `text` is a NUL-terminated string; `filter_json` is null or a
+// NUL-terminated string; `ids` has room for `k` values, `scores` is null or has room for
+// `k`; `found` is writable.
+enum chassis_status chassis_search_text(const struct chassis_index *index,
+                                        const char *text,
+                                        size_t k,
+                                        const char *filter_json,
+                                        uint64_t *ids,
+                                        float *scores,
+                                        size_t *found);
+
+// [`chassis_search_text`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search_text`, with a live reader handle.
+enum chassis_status chassis_reader_search_text(const struct chassis_reader *reader,
+                                               const char *text,
+                                               size_t k,
+                                               const char *filter_json,
+                                               uint64_t *ids,
+                                               float *scores,
+                                               size_t *found);
+
+// Hybrid search: the `k` best live vectors by fusing a vector search for `query` and a
+// BM25 search for `text`. `options_json` (null for the defaults) is a JSON object:
+// `"fusion"` `"rrf"` (the default: reciprocal rank fusion, k = `"rrf_k"`, 60) or
+// `"relative_score"`; `"weights"` `[vector, text]` (default `[1, 1]`); `"depth"`, the
+// candidates each leg returns (default max(k, 50)); `"filter"`, a filter applied to both
+// legs. The vector leg searches with ef at least 4 × depth. Writes up to `k` ids and fused
+// scores (higher is better; `scores` may be null), each leg's rank and score into `legs`
+// (null to skip), and the count to `found`.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `query` points to `dims` floats; `text` is a NUL-terminated
+// string; `options_json` is null or a NUL-terminated string; `ids` has room for `k` values,
+// `scores` is null or has room for `k`; `legs` is null or points to a struct whose non-null
+// pointers each have room for `k`; `found` is writable.
+enum chassis_status chassis_search_hybrid(const struct chassis_index *index,
+                                          const float *query,
+                                          size_t dims,
+                                          const char *text,
+                                          size_t k,
+                                          size_t ef,
+                                          const char *options_json,
+                                          uint64_t *ids,
+                                          float *scores,
+                                          struct chassis_hybrid_legs *legs,
+                                          size_t *found);
+
+// [`chassis_search_hybrid`] on a reader: both legs on one fresh snapshot.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search_hybrid`, with a live reader handle.
+enum chassis_status chassis_reader_search_hybrid(const struct chassis_reader *reader,
+                                                 const float *query,
+                                                 size_t dims,
+                                                 const char *text,
+                                                 size_t k,
+                                                 size_t ef,
+                                                 const char *options_json,
+                                                 uint64_t *ids,
+                                                 float *scores,
+                                                 struct chassis_hybrid_legs *legs,
+                                                 size_t *found);
 
 #ifdef __cplusplus
 }  // extern "C"

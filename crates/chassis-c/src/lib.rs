@@ -111,6 +111,7 @@ thread_local! {
 }
 
 mod documents;
+mod text;
 
 fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();

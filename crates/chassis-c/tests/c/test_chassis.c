@@ -319,6 +319,63 @@ int main(int argc, char **argv) {
                   CHASSIS_STATUS_OK && found == 1 && ids[0] == 5003,
           "reader filtered search");
     chassis_reader_close(r);
+
+    /* Full-text and hybrid search over the documents' "tenant" and "text" fields. */
+    char tbuf[256];
+    size_t tlen = 0;
+    CHECK(chassis_search_text(ix, "acme", 5, NULL, ids, dist, &found) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "no text fields yet");
+    CHECK(chassis_set_text_fields(ix, "[\"tenant\", {\"name\": \"text\", \"stem\": true}]") ==
+              CHASSIS_STATUS_OK,
+          "set text fields");
+    CHECK(chassis_set_text_fields(ix, "[{\"name\": \"x\", \"boost\": 2}]") == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "unknown field option");
+    CHECK(chassis_text_fields(ix, tbuf, sizeof tbuf, &tlen) == CHASSIS_STATUS_OK &&
+              strstr(tbuf, "\"name\":\"tenant\"") != NULL && strstr(tbuf, "\"stem\":true") != NULL,
+          "text fields: %s", tbuf);
+    vector(3000, v);
+    uint64_t parser_id = 7000;
+    CHECK(chassis_add_with_metadata(ix, &parser_id, v, DIMS, "{\"text\": \"fast parsers parsing files\"}",
+                                    NULL) == CHASSIS_STATUS_OK,
+          "add a text document");
+    float scores[10];
+    CHECK(chassis_search_text(ix, "parse", 5, NULL, ids, scores, &found) == CHASSIS_STATUS_OK && found == 1 &&
+              ids[0] == 7000 && scores[0] > 0.0f,
+          "text search (stemmed): %zu found", found);
+    uint64_t tids[64];
+    float tscores[64];
+    CHECK(chassis_search_text(ix, "acme", 64, NULL, tids, tscores, &found) == CHASSIS_STATUS_OK && found == 24,
+          "text search over a field: %zu found", found);
+    CHECK(chassis_search_text(ix, "acme", 64, "{\"n\": {\"$lt\": 10}}", tids, tscores, &found) ==
+                  CHASSIS_STATUS_OK && found == 4,
+          "filtered text search (5003 moved to another tenant): %zu found", found);
+    CHECK(chassis_flush(ix) == CHASSIS_STATUS_OK, "flush text");
+    uint32_t vranks[5], tranks[5];
+    float vdist[5], tlegs[5];
+    chassis_hybrid_legs legs = {vranks, vdist, tranks, tlegs};
+    vector(1000 + 9, v);
+    CHECK(chassis_search_hybrid(ix, v, DIMS, "acme", 5, 64, NULL, ids, scores, &legs, &found) ==
+                  CHASSIS_STATUS_OK && found == 5 && ids[0] == 5009 && vranks[0] == 1 && tranks[0] > 0,
+          "hybrid: first %llu, vector rank %u, text rank %u", (unsigned long long)ids[0], vranks[0], tranks[0]);
+    CHECK(chassis_search_hybrid(ix, v, DIMS, "acme", 5, 64,
+                                "{\"fusion\": \"relative_score\", \"weights\": [0.2, 0.8], \"depth\": 20, "
+                                "\"filter\": {\"n\": {\"$gte\": 30}}}",
+                                ids, scores, NULL, &found) == CHASSIS_STATUS_OK && found == 5,
+          "hybrid with options");
+    for (size_t i = 0; i < found; i++) {
+        CHECK(ids[i] >= 5030 && ids[i] < 5050, "hybrid hit %llu passes the filter", (unsigned long long)ids[i]);
+    }
+    CHECK(chassis_search_hybrid(ix, v, DIMS, "acme", 5, 64, "{\"fusion\": \"max\"}", ids, scores, NULL,
+                                &found) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "unknown fusion");
+    CHECK(chassis_open_reader(path, &r) == CHASSIS_STATUS_OK, "reader for text");
+    CHECK(chassis_reader_search_text(r, "parsing", 5, NULL, ids, NULL, &found) == CHASSIS_STATUS_OK &&
+              found == 1 && ids[0] == 7000,
+          "reader text search");
+    CHECK(chassis_reader_search_hybrid(r, v, DIMS, "acme", 3, 64, NULL, ids, scores, NULL, &found) ==
+                  CHASSIS_STATUS_OK && found == 3 && ids[0] == 5009,
+          "reader hybrid search");
+    chassis_reader_close(r);
     chassis_close(ix);
 
     /* get, contains and info, on the writer and on a reader. */
@@ -346,7 +403,8 @@ int main(int argc, char **argv) {
     CHECK(chassis_reader_contains(r, 150, &live) == CHASSIS_STATUS_OK && live, "a reader sees the last flush");
     chassis_index_info info;
     CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK, "info");
-    CHECK(info.count == 2 * N - 100 + 51 - 1 && info.dims == DIMS && info.metric == CHASSIS_METRIC_COSINE &&
+    /* 51 documents added with metadata and one with text, one deleted. */
+    CHECK(info.count == 2 * N - 100 + 51 + 1 - 1 && info.dims == DIMS && info.metric == CHASSIS_METRIC_COSINE &&
               info.m == 16 && info.ef_construction == 100 && info.format == 4 && !info.read_only,
           "info: count %llu dims %zu m %zu ef %zu format %u metric %d ro %d", (unsigned long long)info.count,
           info.dims, info.m, info.ef_construction, info.format, (int)info.metric, (int)info.read_only);
