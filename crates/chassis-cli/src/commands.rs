@@ -145,6 +145,9 @@ pub struct SearchArgs {
     pub k: usize,
     pub ef: usize,
     pub json: bool,
+    pub text: Option<String>,
+    pub text_file: Option<PathBuf>,
+    pub hybrid: chassis::HybridOptions,
 }
 
 fn parse_vector(s: &str) -> Result<Vec<f32>> {
@@ -166,6 +169,21 @@ pub fn search(a: SearchArgs) -> Result<()> {
         .map(chassis::Filter::parse)
         .transpose()
         .context("--where")?;
+    let texts: Option<Vec<String>> = match (&a.text, &a.text_file) {
+        (Some(_), Some(_)) => bail!("give --text or --text-file, not both"),
+        (Some(t), None) => Some(vec![t.clone()]),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        ),
+        (None, None) => None,
+    };
+    if let (Some(texts), None, None) = (&texts, &a.vector, &a.query_file) {
+        return search_text(&index, texts, filter.as_ref(), &a);
+    }
     let queries: Matrix = match (&a.vector, &a.query_file) {
         (Some(_), Some(_)) => bail!("give --vector or --query-file, not both"),
         (Some(v), None) => {
@@ -195,6 +213,63 @@ pub fn search(a: SearchArgs) -> Result<()> {
             index.dims()
         );
     }
+    if let Some(texts) = &texts {
+        if texts.len() != 1 && texts.len() != queries.rows {
+            bail!(
+                "{} texts for {} queries: one text for all, or one per query",
+                texts.len(),
+                queries.rows
+            );
+        }
+        let out = std::io::stdout();
+        let mut out = out.lock();
+        for i in 0..queries.rows {
+            let t = &texts[if texts.len() == 1 { 0 } else { i }];
+            let hits = index
+                .search_hybrid(queries.row(i), t, a.k, a.ef, filter.as_ref(), &a.hybrid)
+                .with_context(|| format!("query {i}"))?;
+            let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+            let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
+            let vr: Vec<u32> = hits
+                .iter()
+                .map(|h| h.vector.map_or(0, |l| l.rank))
+                .collect();
+            let tr: Vec<u32> = hits.iter().map(|h| h.text.map_or(0, |l| l.rank)).collect();
+            if a.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({ "ids": ids, "scores": scores, "vector_ranks": vr, "text_ranks": tr })
+                )?;
+            } else {
+                writeln!(out, "query {i}:")?;
+                writeln!(
+                    out,
+                    "  {:>5}  {:>20}  {:>12}  {:>11}  {:>9}",
+                    "rank", "id", "score", "vector rank", "text rank"
+                )?;
+                let rank = |r: u32| {
+                    if r == 0 {
+                        "-".to_string()
+                    } else {
+                        r.to_string()
+                    }
+                };
+                for (r, h) in hits.iter().enumerate() {
+                    writeln!(
+                        out,
+                        "  {:>5}  {:>20}  {:>12.6}  {:>11}  {:>9}",
+                        r + 1,
+                        h.id,
+                        h.score,
+                        rank(vr[r]),
+                        rank(tr[r])
+                    )?;
+                }
+            }
+        }
+        return Ok(());
+    }
     let out = std::io::stdout();
     let mut out = out.lock();
     for i in 0..queries.rows {
@@ -215,6 +290,78 @@ pub fn search(a: SearchArgs) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+fn search_text(
+    index: &IndexReader,
+    texts: &[String],
+    filter: Option<&chassis::Filter>,
+    a: &SearchArgs,
+) -> Result<()> {
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    for (i, t) in texts.iter().enumerate() {
+        let hits = index
+            .search_text(t, a.k, filter)
+            .with_context(|| format!("query {i}"))?;
+        if a.json {
+            let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+            let s: Vec<f32> = hits.iter().map(|h| h.score).collect();
+            writeln!(out, "{}", serde_json::json!({ "ids": ids, "scores": s }))?;
+        } else {
+            writeln!(out, "query {i}: {t}")?;
+            writeln!(out, "  {:>5}  {:>20}  {:>12}", "rank", "id", "BM25")?;
+            for (r, h) in hits.iter().enumerate() {
+                writeln!(out, "  {:>5}  {:>20}  {:>12.6}", r + 1, h.id, h.score)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn text_fields(path: &Path, fields: Vec<chassis::TextFieldSpec>, none: bool) -> Result<()> {
+    let describe = |specs: &[chassis::TextFieldSpec]| -> String {
+        if specs.is_empty() {
+            return "none".into();
+        }
+        specs
+            .iter()
+            .map(|s| {
+                let mut o = Vec::new();
+                if s.stem {
+                    o.push("stem");
+                }
+                if s.stop_words {
+                    o.push("stop_words");
+                }
+                if !s.lowercase {
+                    o.push("case");
+                }
+                if o.is_empty() {
+                    s.name.clone()
+                } else {
+                    format!("{}:{}", s.name, o.join(","))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if fields.is_empty() && !none {
+        let r =
+            IndexReader::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        println!("{}", describe(&r.text_fields()?));
+        return Ok(());
+    }
+    if none && !fields.is_empty() {
+        bail!("give fields or --none, not both");
+    }
+    let index = Index::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    index.set_text_fields(&fields)?;
+    index
+        .flush()
+        .context("flush failed; the text fields are unchanged")?;
+    println!("text fields: {}", describe(&index.text_fields()));
     Ok(())
 }
 
@@ -370,6 +517,8 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "codes": i.codes.name(), "codes_trained": i.codes_trained,
                 "precision": chassis::Precision::of(i.vector_layout).name(),
                 "file_id": i.file_id, "user_version": i.user_version,
+                "text_fields": i.text_fields.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
+                "text_segments": i.text_segments.0,
             })
         );
         return Ok(());
@@ -409,6 +558,14 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
             .unwrap_or("none (written before file identities; its next flush gives it one)"),
         i.user_version
     );
+    if !i.text_fields.is_empty() {
+        let names: Vec<&str> = i.text_fields.iter().map(|f| f.name.as_str()).collect();
+        println!(
+            "full text:     fields {} ({} segments)",
+            names.join(", "),
+            i.text_segments.0
+        );
+    }
     println!(
         "header:        sequence {} in copy {}; A: {}; B: {}",
         i.sequence,

@@ -58,6 +58,11 @@ enum Command {
         /// each value rounded to the nearest half float; format 5, read version 5).
         #[arg(long, value_parser = parse_precision, default_value = "f32")]
         precision: chassis::Precision,
+        /// A metadata field whose text is indexed for full-text and hybrid search (repeat it
+        /// for several): NAME, or NAME:stem,stop_words (English stemming, English stop words
+        /// left out), NAME:case (keep case). A file with text fields has write version 9.
+        #[arg(long = "text-field", value_name = "FIELD", value_parser = parse_text_field)]
+        text_fields: Vec<chassis::TextFieldSpec>,
     },
     /// Add vectors from a file: .fvecs, .bvecs, .npy (2-D float32/float64) or JSON lines.
     #[command(
@@ -98,6 +103,9 @@ enum Command {
         after_help = "Examples:\n  chassis search docs.chassis --query-file queries.fvecs -k 10 --json\n  \
         chassis search docs.chassis --vector 0.1,0.2,0.3,0.4\n  \
         chassis search docs.chassis --vector 0.1,0.2,0.3,0.4 --where '{\"tags\": {\"$contains\": \"django\"}}'\n  \
+        chassis search docs.chassis --text \"crash safe vector search\"             # BM25\n  \
+        chassis search docs.chassis --vector 0.1,0.2,0.3,0.4 --text \"vector search\"  # hybrid\n  \
+        chassis search docs.chassis --query-file q.npy --text-file q.txt --json    # hybrid, one text per row\n  \
         echo '[0.1, 0.2, 0.3, 0.4]' | chassis search docs.chassis\n\n\
         Search always reads through the lock-free reader: it works while a writer holds the file\n\
         and sees what is committed when each query runs."
@@ -125,9 +133,45 @@ enum Command {
         /// Search beam width (raised to k if smaller).
         #[arg(long, default_value_t = chassis::DEFAULT_EF_SEARCH)]
         ef: usize,
-        /// One JSON line per query: {"ids": [...], "distances": [...]}, nearest first.
+        /// Full-text search: this text (BM25 over the file's text fields); with a vector or
+        /// query file, hybrid search with this text for every query.
+        #[arg(long)]
+        text: Option<String>,
+        /// Query texts, one per line: one per query of --query-file (hybrid), or each a
+        /// full-text search of its own.
+        #[arg(long)]
+        text_file: Option<PathBuf>,
+        /// Hybrid fusion: rrf (reciprocal rank fusion, k 60; the default) or relative_score.
+        #[arg(long, default_value = "rrf")]
+        fusion: String,
+        /// Hybrid weights of the vector and the text leg, as V,T.
+        #[arg(long, default_value = "1,1")]
+        weights: String,
+        /// Candidates each hybrid leg returns before fusion (default max(k, 50)).
+        #[arg(long)]
+        depth: Option<usize>,
+        /// One JSON line per query: {"ids": [...], "distances": [...]}, nearest first ("scores"
+        /// instead of "distances" for text and hybrid searches, best first).
         #[arg(long)]
         json: bool,
+    },
+    /// Show or set the metadata fields indexed for full-text search.
+    #[command(
+        name = "text-fields",
+        after_help = "Examples:\n  chassis text-fields docs.chassis\n  \
+        chassis text-fields docs.chassis text title:stem,stop_words\n  \
+        chassis text-fields docs.chassis --none\n\n\
+        Setting indexes every document already stored, then flushes (write version 9)."
+    )]
+    TextFields {
+        /// Index file (opened as the writer when setting).
+        path: PathBuf,
+        /// Fields to index from now on: NAME or NAME:stem,stop_words,case.
+        #[arg(value_parser = parse_text_field)]
+        fields: Vec<chassis::TextFieldSpec>,
+        /// Drop the full-text index.
+        #[arg(long)]
+        none: bool,
     },
     /// Print stored vectors by id.
     #[command(after_help = "Example:\n  chassis get docs.chassis 7 42 --json")]
@@ -206,7 +250,8 @@ enum Command {
     #[command(after_help = "Example:\n  chassis check docs.chassis --recall 200\n\n\
         Checks both header copies, table pages and region offsets, every slot header, every\n\
         neighbor id, upper-layer references and layer counts, the entry point, reachability of\n\
-        every live vector, and live-id uniqueness. Prints one line per problem and exits 3 if\n\
+        every live vector, live-id uniqueness, codes against their vectors and the full-text\n\
+        index against the documents. Prints one line per problem and exits 3 if\n\
         there is any; 0 and \"ok\" when all is well. Reads without the lock.")]
     Check {
         /// Index file.
@@ -400,6 +445,49 @@ pub(crate) fn progress(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// A text field: NAME, or NAME:opt,opt with opts stem, stop_words and case.
+fn parse_text_field(s: &str) -> Result<chassis::TextFieldSpec, String> {
+    let (name, opts) = s.split_once(':').unwrap_or((s, ""));
+    let mut spec = chassis::TextFieldSpec::new(name);
+    for o in opts.split(',').filter(|o| !o.is_empty()) {
+        spec = match o {
+            "stem" => spec.stem(true),
+            "stop_words" | "stop" => spec.stop_words(true),
+            "case" => spec.lowercase(false),
+            _ => {
+                return Err(format!(
+                    "unknown text field option {o:?}: stem, stop_words or case"
+                ))
+            }
+        };
+    }
+    Ok(spec)
+}
+
+fn hybrid_options(
+    fusion: &str,
+    weights: &str,
+    depth: Option<usize>,
+) -> Result<chassis::HybridOptions> {
+    let w: Vec<f32> = weights
+        .split(',')
+        .map(|x| x.trim().parse::<f32>())
+        .collect::<std::result::Result<_, _>>()
+        .ok()
+        .filter(|w: &Vec<f32>| w.len() == 2)
+        .context("--weights: two numbers, V,T")?;
+    Ok(chassis::HybridOptions {
+        fusion: match fusion {
+            "rrf" => chassis::Fusion::default(),
+            "relative_score" | "relative" => chassis::Fusion::RelativeScore,
+            f => bail!("--fusion: rrf or relative_score, not {f:?}"),
+        },
+        vector_weight: w[0],
+        text_weight: w[1],
+        depth: depth.unwrap_or(0),
+    })
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Create {
@@ -411,13 +499,15 @@ fn run(cli: Cli) -> Result<()> {
             format,
             codes,
             precision,
+            text_fields,
         } => {
             let layout = layout_with(Some(format), Some(precision))?.unwrap_or(format);
             let opts = Options::new(dims, metric)
                 .m(m)
                 .ef_construction(ef_construction)
                 .vector_layout(layout)
-                .codes(codes);
+                .codes(codes)
+                .text_field_specs(text_fields);
             Index::create(&path, opts)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             println!(
@@ -452,6 +542,11 @@ fn run(cli: Cli) -> Result<()> {
             ef,
             json,
             read_only: _,
+            text,
+            text_file,
+            fusion,
+            weights,
+            depth,
         } => commands::search(commands::SearchArgs {
             path,
             filter,
@@ -460,7 +555,11 @@ fn run(cli: Cli) -> Result<()> {
             k,
             ef,
             json,
+            text,
+            text_file,
+            hybrid: hybrid_options(&fusion, &weights, depth)?,
         })?,
+        Command::TextFields { path, fields, none } => commands::text_fields(&path, fields, none)?,
         Command::Get { path, ids, json } => commands::get(&path, &ids, json)?,
         Command::Delete {
             path,

@@ -254,6 +254,7 @@ fn every_command_has_help_with_an_example() {
         "demo",
         "backup",
         "user-version",
+        "text-fields",
     ] {
         let out = ok(&[cmd, "--help"]);
         assert!(
@@ -1121,5 +1122,115 @@ fn half_precision_files_from_the_command() {
         (info["precision"].as_str(), info["read_version"].as_u64()),
         (Some("f32"), Some(4))
     );
+    assert!(ok(&["check", ps]).contains("ok"));
+}
+
+#[test]
+fn text_and_hybrid_search_from_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.chassis");
+    let ps = p.to_str().unwrap();
+    ok(&[
+        "create",
+        ps,
+        "--dims",
+        "4",
+        "--metric",
+        "l2",
+        "--text-field",
+        "text",
+        "--text-field",
+        "title:stem,stop_words",
+    ]);
+    assert_eq!(
+        ok(&["text-fields", ps]).trim(),
+        "text title:stem,stop_words"
+    );
+    let texts = [
+        "fast vector search in one file",
+        "a crash safe embedded database",
+        "parsers for json and yaml",
+        "vector database with hybrid search",
+    ];
+    let mut jsonl = String::new();
+    for (i, t) in texts.iter().enumerate() {
+        let v = [i as f32, 1.0, 0.5, -(i as f32)];
+        jsonl.push_str(&format!(
+            "{{\"id\": {}, \"vector\": {:?}, \"metadata\": {{\"text\": \"{t}\", \"title\": \"Parsing {i}\"}}}}\n",
+            100 + i,
+            v
+        ));
+    }
+    let f = dir.path().join("docs.jsonl");
+    std::fs::write(&f, jsonl).unwrap();
+    ok(&["import", ps, f.to_str().unwrap()]);
+    // BM25 alone.
+    let out = ok(&["search", ps, "--text", "vector search", "-k", "3", "--json"]);
+    let hit: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let ids: Vec<u64> = serde_json::from_value(hit["ids"].clone()).unwrap();
+    assert_eq!(ids.len(), 2, "{out}");
+    assert!(ids.contains(&100) && ids.contains(&103), "{out}");
+    assert!(hit["scores"][0].as_f64().unwrap() > 0.0);
+    // The stemmed field: "parsed" finds every "Parsing" title.
+    let out = ok(&["search", ps, "--text", "parsed", "-k", "10", "--json"]);
+    let hit: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(hit["ids"].as_array().unwrap().len(), 4, "{out}");
+    // Several texts from a file, with a filter.
+    let tf = dir.path().join("q.txt");
+    std::fs::write(&tf, "database\njson\n").unwrap();
+    let out = ok(&["search", ps, "--text-file", tf.to_str().unwrap(), "--json"]);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["ids"][0], 102);
+    // Hybrid: a vector and a text; the table and the JSON.
+    let out = ok(&[
+        "search",
+        ps,
+        "--vector",
+        "3,1,0.5,-3",
+        "--text",
+        "vector search",
+        "-k",
+        "2",
+    ]);
+    assert!(out.contains("vector rank") && out.contains("103"), "{out}");
+    let out = ok(&[
+        "search",
+        ps,
+        "--vector",
+        "3,1,0.5,-3",
+        "--text",
+        "vector search",
+        "-k",
+        "2",
+        "--fusion",
+        "relative_score",
+        "--weights",
+        "0.5,1",
+        "--json",
+    ]);
+    let hit: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(hit["ids"][0], 103, "{out}");
+    assert_eq!(hit["vector_ranks"][0], 1);
+    fails(
+        &["search", ps, "--text", "x", "--fusion", "max"],
+        1,
+        "--fusion",
+    );
+    // Dropping and setting fields.
+    ok(&["text-fields", ps, "--none"]);
+    assert_eq!(ok(&["text-fields", ps]).trim(), "none");
+    fails(
+        &["search", ps, "--text", "vector"],
+        1,
+        "no full-text fields",
+    );
+    ok(&["text-fields", ps, "text"]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", ps, "--json"])).unwrap();
+    assert_eq!(info["text_fields"][0], "text");
+    assert_eq!(info["write_version"], 9);
     assert!(ok(&["check", ps]).contains("ok"));
 }
