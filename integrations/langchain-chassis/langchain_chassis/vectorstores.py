@@ -12,6 +12,11 @@ What it keeps where:
   ``ValueError`` (the stored string id is compared on every add), never merged.
 * Every ``add_*`` and ``delete`` call is flushed (made durable) before it returns, unless
   the store was made with ``flush_on_write=False`` (then call :meth:`flush`).
+* The texts are indexed for full-text search in the same file (``full_text=True``, the
+  default, at creation): :meth:`keyword_search` ranks by BM25, :meth:`hybrid_search` fuses
+  BM25 with the vector search (reciprocal rank fusion by default), and
+  ``similarity_search(..., search_type="keyword" | "hybrid")`` does the same through
+  LangChain's usual call; :meth:`as_hybrid_retriever` gives a retriever of either kind.
 
 The file is created by the first add (its dimensions come from the first embedding). A store
 opened with ``read_only=True`` takes no lock and works beside a writer in another process,
@@ -29,8 +34,10 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import chassis
 import numpy as np
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
@@ -69,6 +76,8 @@ class ChassisVectorStore(VectorStore):
     parameters at creation. ``ef_search``: beam width of searches (default max(64, k)).
     ``read_only``: open without the writer's lock, beside a writer in another process.
     ``flush_on_write``: make every add and delete durable before it returns (default).
+    ``full_text``: index the texts for keyword and hybrid search when the file is created
+    (default); a file created without it gets the index from :meth:`enable_full_text`.
     """
 
     def __init__(
@@ -82,6 +91,7 @@ class ChassisVectorStore(VectorStore):
         ef_search: Optional[int] = None,
         read_only: bool = False,
         flush_on_write: bool = True,
+        full_text: bool = True,
     ) -> None:
         if metric not in ("cosine", "l2", "ip"):
             raise ValueError(f'metric must be "cosine", "l2" or "ip", got {metric!r}')
@@ -93,6 +103,7 @@ class ChassisVectorStore(VectorStore):
         self._ef_search = ef_search
         self._read_only = bool(read_only)
         self._flush_on_write = bool(flush_on_write)
+        self._full_text = bool(full_text)
         self._index: Optional[chassis.Index] = None
         if self._path.exists():
             self._index = chassis.Index.open(self._path, read_only=self._read_only)
@@ -123,6 +134,7 @@ class ChassisVectorStore(VectorStore):
                 metric=self._metric,
                 M=self._M,
                 ef_construction=self._ef_construction,
+                text_fields=[TEXT_KEY] if self._full_text else None,
             )
         return self._index
 
@@ -296,9 +308,110 @@ class ChassisVectorStore(VectorStore):
         return [d for d, _ in self.similarity_search_with_score_by_vector(embedding, k, filter)]
 
     def similarity_search(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Optional[dict] = None,
+        search_type: str = "similarity",
+        **kwargs: Any,
+    ) -> list[Document]:
+        """The ``k`` documents nearest ``query``; ``search_type="keyword"`` ranks by BM25
+        instead and ``"hybrid"`` fuses both (keyword arguments as in
+        :meth:`hybrid_search_with_score`)."""
+        if search_type == "keyword":
+            return self.keyword_search(query, k, filter)
+        if search_type == "hybrid":
+            return self.hybrid_search(query, k, filter, **kwargs)
+        if search_type != "similarity":
+            raise ValueError(
+                f'search_type must be "similarity", "keyword" or "hybrid", got {search_type!r}'
+            )
+        return [d for d, _ in self.similarity_search_with_score(query, k, filter=filter)]
+
+    # -- full-text and hybrid search --------------------------------------------------------
+
+    def enable_full_text(self) -> None:
+        """Index the stored texts for keyword and hybrid search (for a file created with
+        ``full_text=False`` or by an older version of this store); committed at once."""
+        if self._index is None:
+            self._full_text = True
+            return
+        ix = self._writer(self._index.dims)
+        if not any(f["name"] == TEXT_KEY for f in ix.text_fields):
+            ix.set_text_fields([TEXT_KEY])
+            ix.flush()
+
+    def _has_full_text(self) -> bool:
+        if any(f["name"] == TEXT_KEY for f in self._index.text_fields):
+            return True
+        raise ValueError(
+            "this store's file has no full-text index: call store.enable_full_text() once "
+            "(stores created with full_text=True, the default, have one)"
+        )
+
+    def keyword_search_with_score(
+        self, query: str, k: int = 4, filter: Optional[dict] = None, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` documents whose text best matches ``query`` by BM25 (higher is better),
+        among those passing ``filter``."""
+        if self._index is None or len(self._index) == 0:
+            return []
+        self._has_full_text()
+        found, scores = self._index.search_text(query, k=k, filter=filter)
+        pairs = [(int(i), float(s)) for i, s in zip(found[0], scores[0]) if i != chassis.MISSING_ID]
+        return list(zip(self._documents([i for i, _ in pairs]), [s for _, s in pairs]))
+
+    def keyword_search(
         self, query: str, k: int = 4, filter: Optional[dict] = None, **kwargs: Any
     ) -> list[Document]:
-        return [d for d, _ in self.similarity_search_with_score(query, k, filter=filter)]
+        """:meth:`keyword_search_with_score` without the scores."""
+        return [d for d, _ in self.keyword_search_with_score(query, k, filter)]
+
+    def hybrid_search_with_score(
+        self,
+        query: str,
+        k: int = 4,
+        filter: Optional[dict] = None,
+        *,
+        fusion: str = "rrf",
+        weights: tuple[float, float] = (1.0, 1.0),
+        depth: Optional[int] = None,
+        **kwargs: Any,
+    ) -> list[tuple[Document, float]]:
+        """The ``k`` best documents by fusing the vector search for ``query``'s embedding
+        and BM25 for its text, with the fused score (higher is better). ``fusion``:
+        ``"rrf"`` (reciprocal rank fusion, the default: robust when queries paraphrase or
+        misspell) or ``"relative_score"`` (min-max normalised scores, weighted: follows
+        keyword matches closely with e.g. ``weights=(0.3, 0.7)``). ``weights``: (vector,
+        text). ``depth``: candidates per leg (default max(k, 50)). ``filter`` applies to both
+        legs."""
+        if self._index is None or len(self._index) == 0:
+            return []
+        self._has_full_text()
+        ef = self._ef_search if self._ef_search is not None else max(64, k)
+        found, scores = self._index.search(
+            np.asarray(self._embedding.embed_query(query), dtype=np.float32),
+            k=k,
+            ef=max(ef, k),
+            filter=filter,
+            text=query,
+            fusion=fusion,
+            weights=weights,
+            depth=depth,
+        )
+        pairs = [(int(i), float(s)) for i, s in zip(found[0], scores[0]) if i != chassis.MISSING_ID]
+        return list(zip(self._documents([i for i, _ in pairs]), [s for _, s in pairs]))
+
+    def hybrid_search(
+        self, query: str, k: int = 4, filter: Optional[dict] = None, **kwargs: Any
+    ) -> list[Document]:
+        """:meth:`hybrid_search_with_score` without the scores."""
+        return [d for d, _ in self.hybrid_search_with_score(query, k, filter, **kwargs)]
+
+    def as_hybrid_retriever(self, **kwargs: Any) -> "ChassisHybridRetriever":
+        """A retriever over this store: ``search_type="hybrid"`` (default) or ``"keyword"``,
+        ``k``, ``filter``, ``fusion``, ``weights``, ``depth``."""
+        return ChassisHybridRetriever(store=self, **kwargs)
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         """Relevance in [0, 1] from the metric's distance: cos for cosine, the inner product
@@ -359,3 +472,36 @@ class ChassisVectorStore(VectorStore):
         store = cls(embedding, path, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store
+
+
+class ChassisHybridRetriever(BaseRetriever):
+    """A retriever that ranks a :class:`ChassisVectorStore`'s documents by hybrid search
+    (the vector search fused with BM25; ``search_type="hybrid"``, the default) or by BM25
+    alone (``search_type="keyword"``). ``k``, ``filter``, ``fusion``, ``weights`` and
+    ``depth`` as in :meth:`ChassisVectorStore.hybrid_search_with_score`."""
+
+    store: ChassisVectorStore
+    search_type: str = "hybrid"
+    k: int = 4
+    filter: Optional[dict] = None
+    fusion: str = "rrf"
+    weights: tuple[float, float] = (1.0, 1.0)
+    depth: Optional[int] = None
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        if self.search_type == "keyword":
+            return self.store.keyword_search(query, self.k, self.filter)
+        if self.search_type != "hybrid":
+            raise ValueError(f'search_type must be "hybrid" or "keyword", got {self.search_type!r}')
+        return self.store.hybrid_search(
+            query,
+            self.k,
+            self.filter,
+            fusion=self.fusion,
+            weights=self.weights,
+            depth=self.depth,
+        )

@@ -174,3 +174,51 @@ def test_a_large_batch(tmp_path):
     assert sum(h.page_content == texts[i] for h, i in zip(hits, sample)) >= 0.95 * len(sample)
     odd = store.similarity_search(texts[11], k=5, filter={"half": 1})
     assert odd[0].page_content == texts[11] and all(d.metadata["half"] == 1 for d in odd)
+
+
+def test_keyword_and_hybrid_search_over_the_same_file(tmp_path):
+    from langchain_chassis import ChassisHybridRetriever
+
+    store = ChassisVectorStore(Axis(), tmp_path / "k.chassis")
+    texts = ["0 rust parser", "10 python web framework", "20 rust web server", "80 python parser", "85 json"]
+    store.add_texts(texts, [{"n": i} for i in range(5)], ids=[f"d{i}" for i in range(5)])
+    # BM25: the documents holding the words, rarer words weighing more.
+    assert [d.page_content for d in store.keyword_search("parser", k=5)] == [
+        "0 rust parser",
+        "80 python parser",
+    ]
+    scored = store.keyword_search_with_score("rust web", k=5)
+    assert scored[0][0].page_content == "20 rust web server" and scored[0][1] > scored[1][1] > 0
+    assert store.similarity_search("parser", k=5, search_type="keyword")[0].id in ("d0", "d3")
+    assert [d.page_content for d in store.keyword_search("parser", k=5, filter={"n": {"$gt": 1}})] == [
+        "80 python parser"
+    ]
+    # Hybrid: "84 parser" is nearest "85 json" and "80 python parser" by angle; the keyword
+    # leg adds "parser": the document both legs rank high wins.
+    hybrid = store.hybrid_search("84 parser", k=3)
+    assert hybrid[0].page_content == "80 python parser"
+    scored = store.hybrid_search_with_score("84 parser", k=3, fusion="relative_score", weights=(0.5, 0.5))
+    assert scored[0][0].page_content == "80 python parser" and scored[0][1] <= 1.0 + 1e-6
+    assert store.similarity_search("84 parser", k=1, search_type="hybrid")[0].id == "d3"
+    with pytest.raises(ValueError, match="search_type"):
+        store.similarity_search("0", search_type="fuzzy")
+    retriever = store.as_hybrid_retriever(k=2)
+    assert isinstance(retriever, ChassisHybridRetriever)
+    assert retriever.invoke("84 parser")[0].page_content == "80 python parser"
+    keyword = store.as_hybrid_retriever(search_type="keyword", k=5, filter={"n": {"$lt": 2}})
+    assert [d.page_content for d in keyword.invoke("rust")] == ["0 rust parser"]
+    # Deletes and replacements reach the text index.
+    store.delete(["d3"])
+    assert [d.id for d in store.keyword_search("parser", k=5)] == ["d0"]
+    store.add_texts(["5 parser parser"], ids=["d0"])
+    assert [d.page_content for d in store.keyword_search("parser", k=5)] == ["5 parser parser"]
+    # A store whose file was made without the index gets it on request.
+    plain = ChassisVectorStore(Axis(), tmp_path / "p.chassis", full_text=False)
+    plain.add_texts(["0 alpha", "45 beta"])
+    with pytest.raises(ValueError, match="enable_full_text"):
+        plain.keyword_search("alpha")
+    plain.enable_full_text()
+    assert [d.page_content for d in plain.keyword_search("beta")] == ["45 beta"]
+    plain.close()
+    reopened = ChassisVectorStore(Axis(), tmp_path / "p.chassis", read_only=True)
+    assert [d.page_content for d in reopened.keyword_search("alpha")] == ["0 alpha"]

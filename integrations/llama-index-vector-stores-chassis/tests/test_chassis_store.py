@@ -132,3 +132,58 @@ def test_a_vector_store_index_over_chassis(tmp_path):
     assert [h.node.metadata["n"] for h in hits] == [7]
     index.delete_ref_doc("d7")
     assert retriever.retrieve("anything") == []
+
+
+def test_text_search_and_hybrid_modes(tmp_path):
+    from llama_index.core.vector_stores.types import VectorStoreQueryMode
+
+    s = ChassisVectorStore(tmp_path / "t.chassis")
+    texts = {0: "rust parser library", 10: "python web framework", 20: "rust web server", 80: "python parser", 85: "json"}
+    nodes = []
+    for i, t in texts.items():
+        a = np.deg2rad(i)
+        nodes.append(TextNode(text=t, id_=f"t{i}", embedding=[float(np.cos(a)), float(np.sin(a)), 0.0], metadata={"i": i}))
+    s.add(nodes)
+    a = np.deg2rad(84)
+    emb = [float(np.cos(a)), float(np.sin(a)), 0.0]
+    # BM25 alone: the nodes holding the words; the similarities are their scores.
+    r = s.query(VectorStoreQuery(query_str="parser", similarity_top_k=5, mode=VectorStoreQueryMode.TEXT_SEARCH))
+    assert sorted(r.ids) == ["t0", "t80"] and r.similarities[0] > 0
+    assert r.nodes[0].get_content() in ("rust parser library", "python parser")
+    r = s.query(
+        VectorStoreQuery(
+            query_str="parser", similarity_top_k=5, mode=VectorStoreQueryMode.TEXT_SEARCH, filters=F("i", FilterOperator.GT, 5)
+        )
+    )
+    assert r.ids == ["t80"]
+    # Hybrid: nearest by angle are t85 then t80; the text leg adds "parser" to t80.
+    r = s.query(VectorStoreQuery(query_embedding=emb, query_str="parser", similarity_top_k=2, mode=VectorStoreQueryMode.HYBRID))
+    assert r.ids[0] == "t80"
+    # alpha 1: the vector leg alone decides; alpha 0: the text leg alone.
+    r = s.query(
+        VectorStoreQuery(query_embedding=emb, query_str="parser", similarity_top_k=1, mode=VectorStoreQueryMode.HYBRID, alpha=1.0)
+    )
+    assert r.ids == ["t85"]
+    r = s.query(
+        VectorStoreQuery(
+            query_embedding=emb, query_str="rust library", similarity_top_k=1, mode=VectorStoreQueryMode.HYBRID, alpha=0.0
+        )
+    )
+    assert r.ids == ["t0"]
+    with pytest.raises(ValueError, match="query_str"):
+        s.query(VectorStoreQuery(query_embedding=emb, similarity_top_k=1, mode=VectorStoreQueryMode.HYBRID))
+    with pytest.raises(ValueError, match="not supported"):
+        s.query(VectorStoreQuery(query_embedding=emb, similarity_top_k=1, mode=VectorStoreQueryMode.SPARSE))
+    # Deleting a node takes it out of the text index too; the stored node keeps its text.
+    s.delete_nodes(["t80"])
+    r = s.query(VectorStoreQuery(query_str="parser", similarity_top_k=5, mode=VectorStoreQueryMode.TEXT_SEARCH))
+    assert r.ids == ["t0"] and r.nodes[0].get_content() == "rust parser library"
+    assert "_chassis_text" not in r.nodes[0].metadata
+    # A file made without the index gets it on request.
+    plain = ChassisVectorStore(tmp_path / "p.chassis", full_text=False)
+    plain.add(nodes[:2])
+    with pytest.raises(ValueError, match="enable_full_text"):
+        plain.query(VectorStoreQuery(query_str="rust", similarity_top_k=1, mode=VectorStoreQueryMode.TEXT_SEARCH))
+    plain.enable_full_text()
+    r = plain.query(VectorStoreQuery(query_str="rust", similarity_top_k=1, mode=VectorStoreQueryMode.TEXT_SEARCH))
+    assert r.ids == ["t0"]

@@ -8,6 +8,11 @@ it (``node_to_metadata_dict``: the node's metadata keys, flat, beside ``_node_co
 ``MetadataFilters`` name the node's metadata keys directly. Adding a node whose id is stored
 replaces it; two node ids on one Chassis id are refused with a ``ValueError``. Every ``add``
 and ``delete`` is flushed (durable) before it returns.
+
+The node's text is also kept under ``_chassis_text`` and indexed for full-text search in the
+same file (``full_text=True``, the default, at creation), so queries run in the modes
+``DEFAULT`` (vectors), ``TEXT_SEARCH`` (BM25) and ``HYBRID`` (both fused; ``alpha`` weighs
+the vector leg against the text leg).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, List, Optional, Sequence
 import chassis
 import numpy as np
 from llama_index.core.bridge.pydantic import PrivateAttr
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     FilterCondition,
@@ -34,6 +39,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
 ID_KEY = "_chassis_id"
+TEXT_KEY = "_chassis_text"
 
 _OPERATORS = {
     FilterOperator.EQ: "$eq",
@@ -103,8 +109,11 @@ class ChassisVectorStore(BasePydanticVectorStore):
     ``path``: the index file (created by the first add, with the first embedding's
     dimensions). ``metric``: ``"cosine"`` (default), ``"l2"`` or ``"ip"`` at creation.
     ``read_only=True`` opens without the writer's lock, beside a writer in another process.
+    ``full_text``: index the nodes' text for ``TEXT_SEARCH`` and ``HYBRID`` queries when the
+    file is created (default); :meth:`enable_full_text` adds the index to an existing file.
     Similarities in query results: cos for cosine, the inner product for ip, the negated
-    squared distance for l2 (larger is nearer in every case).
+    squared distance for l2 (larger is nearer in every case); BM25 for ``TEXT_SEARCH``; the
+    fused score for ``HYBRID``.
     """
 
     stores_text: bool = True
@@ -117,6 +126,7 @@ class ChassisVectorStore(BasePydanticVectorStore):
     ef_construction: int = 200
     ef_search: Optional[int] = None
     read_only: bool = False
+    full_text: bool = True
 
     _index: Optional[chassis.Index] = PrivateAttr(default=None)
 
@@ -146,9 +156,26 @@ class ChassisVectorStore(BasePydanticVectorStore):
             self._index = chassis.Index.open(self.path)
         if self._index is None:
             self._index = chassis.Index.create(
-                self.path, dims=dims, metric=self.metric, M=self.M, ef_construction=self.ef_construction
+                self.path,
+                dims=dims,
+                metric=self.metric,
+                M=self.M,
+                ef_construction=self.ef_construction,
+                text_fields=[TEXT_KEY] if self.full_text else None,
             )
         return self._index
+
+    def enable_full_text(self) -> None:
+        """Index the stored nodes' text for ``TEXT_SEARCH`` and ``HYBRID`` queries (for a
+        file created with ``full_text=False``); committed at once. Nodes stored by a version
+        of this store that kept no ``_chassis_text`` have no text to index: add them again."""
+        if self._index is None:
+            self.full_text = True
+            return
+        ix = self._writer(self._index.dims)
+        if not any(f["name"] == TEXT_KEY for f in ix.text_fields):
+            ix.set_text_fields([TEXT_KEY])
+            ix.flush()
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
         """Store nodes (with their embeddings); a node whose id is stored replaces it."""
@@ -168,6 +195,7 @@ class ChassisVectorStore(BasePydanticVectorStore):
             # see. An empty list there would read as present, so `is_empty` leaves it out.
             meta = {k: v for k, v in meta.items() if v != []}
             meta[ID_KEY] = n.node_id
+            meta[TEXT_KEY] = n.get_content(metadata_mode=MetadataMode.NONE)
             keys.append(key)
             docs.append(meta)
         stored = [k for k in keys if k in ix]
@@ -231,6 +259,7 @@ class ChassisVectorStore(BasePydanticVectorStore):
         out = []
         for meta in self._index.get_metadata(keys):
             meta.pop(ID_KEY, None)
+            meta.pop(TEXT_KEY, None)
             out.append(metadata_dict_to_node(meta))
         return out
 
@@ -245,14 +274,29 @@ class ChassisVectorStore(BasePydanticVectorStore):
         self._delete(self._matching(None))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """The ``similarity_top_k`` nodes nearest ``query_embedding`` that pass ``filters``
-        and, when given, belong to ``doc_ids`` and have ``node_ids``."""
-        if query.mode != VectorStoreQueryMode.DEFAULT:
-            raise ValueError(f"query mode {query.mode!r} is not supported; use the default")
-        if query.query_embedding is None:
+        """The ``similarity_top_k`` best nodes that pass ``filters`` and, when given, belong
+        to ``doc_ids`` and have ``node_ids``. Modes: ``DEFAULT`` (nearest
+        ``query_embedding``), ``TEXT_SEARCH`` (BM25 of ``query_str`` over the nodes' text) and
+        ``HYBRID`` (both, fused: reciprocal rank fusion when ``alpha`` is None, else
+        relative-score fusion weighing the vector leg ``alpha`` and the text leg
+        ``1 - alpha``; ``sparse_top_k`` sets how many candidates each leg returns)."""
+        modes = (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID)
+        if query.mode not in modes:
+            raise ValueError(
+                f"query mode {query.mode!r} is not supported; use default, text_search or hybrid"
+            )
+        if query.mode != VectorStoreQueryMode.TEXT_SEARCH and query.query_embedding is None:
             raise ValueError("ChassisVectorStore queries by embedding: query_embedding is None")
+        if query.mode != VectorStoreQueryMode.DEFAULT and not query.query_str:
+            raise ValueError(f"query mode {query.mode.value!r} needs query_str")
         if self._index is None or len(self._index) == 0:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        if query.mode != VectorStoreQueryMode.DEFAULT and not any(
+            f["name"] == TEXT_KEY for f in self._index.text_fields
+        ):
+            raise ValueError(
+                "this store's file has no full-text index: call store.enable_full_text() once"
+            )
         parts = [p for p in (to_chassis_filter(query.filters),) if p is not None]
         if query.doc_ids:
             parts.append({"ref_doc_id": {"$in": list(query.doc_ids)}})
@@ -261,14 +305,39 @@ class ChassisVectorStore(BasePydanticVectorStore):
         flt = None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
         k = max(1, int(query.similarity_top_k))
         ef = self.ef_search if self.ef_search is not None else max(64, k)
-        found, dist = self._index.search(
-            np.asarray(query.query_embedding, dtype=np.float32), k=k, ef=max(ef, k), filter=flt
-        )
         keys, sims = [], []
-        for key, d in zip(found[0], dist[0]):
-            if key != chassis.MISSING_ID:
-                keys.append(int(key))
-                sims.append(_relevance(self.metric, float(d)))
+        if query.mode == VectorStoreQueryMode.TEXT_SEARCH:
+            found, scores = self._index.search_text(query.query_str, k=k, filter=flt)
+            for key, sc in zip(found[0], scores[0]):
+                if key != chassis.MISSING_ID:
+                    keys.append(int(key))
+                    sims.append(float(sc))
+        elif query.mode == VectorStoreQueryMode.HYBRID:
+            alpha = query.alpha
+            if alpha is not None and not 0.0 <= float(alpha) <= 1.0:
+                raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+            found, scores = self._index.search(
+                np.asarray(query.query_embedding, dtype=np.float32),
+                k=k,
+                ef=max(ef, k),
+                filter=flt,
+                text=query.query_str,
+                fusion="rrf" if alpha is None else "relative_score",
+                weights=(1.0, 1.0) if alpha is None else (float(alpha), 1.0 - float(alpha)),
+                depth=query.sparse_top_k,
+            )
+            for key, sc in zip(found[0], scores[0]):
+                if key != chassis.MISSING_ID:
+                    keys.append(int(key))
+                    sims.append(float(sc))
+        else:
+            found, dist = self._index.search(
+                np.asarray(query.query_embedding, dtype=np.float32), k=k, ef=max(ef, k), filter=flt
+            )
+            for key, d in zip(found[0], dist[0]):
+                if key != chassis.MISSING_ID:
+                    keys.append(int(key))
+                    sims.append(_relevance(self.metric, float(d)))
         nodes = self._nodes(keys)
         return VectorStoreQueryResult(nodes=nodes, similarities=sims, ids=[n.node_id for n in nodes])
 
