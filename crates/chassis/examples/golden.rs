@@ -344,6 +344,15 @@ fn recipes() -> Vec<Recipe> {
             make: |p| plain(p, VectorLayout::F16, Metric::InnerProduct, 800, 16, 8, 110),
         },
         Recipe {
+            name: "f4-text",
+            about: "format 4 with a full-text index (write version 9), cosine, 700 x 12, M 8: \
+                    300 documents added in three flushes, then text fields set (\"body\" as \
+                    words, \"title\" stemmed without English stop words), 400 more in eight \
+                    flushes (segments merged), 30 deleted, 10 replaced by set_metadata, 5 \
+                    upserted; closed cleanly",
+            make: text,
+        },
+        Recipe {
             name: "f3-metadata",
             about: "format 3 with metadata (read version 3, write version 5), squared L2, \
                     400 x 8, as f4-metadata",
@@ -392,6 +401,159 @@ fn document(i: usize) -> Metadata {
         },
     );
     m
+}
+
+/// A document of row `i` for the full-text recipe: words drawn Zipf-like from a small
+/// vocabulary, and a title on most rows.
+fn text_document(i: usize) -> Metadata {
+    const WORDS: &[&str] = &[
+        "vector",
+        "search",
+        "file",
+        "python",
+        "rust",
+        "fast",
+        "crash",
+        "safe",
+        "index",
+        "parser",
+        "parsing",
+        "parsed",
+        "the",
+        "a",
+        "of",
+        "json",
+        "yaml",
+        "server",
+        "client",
+        "Grüße",
+        "naïve",
+        "café",
+        "1.43.0",
+        "boto3",
+        "mypy-boto3-builder",
+        "émigré",
+        "ΣΊΣΥΦΟΣ",
+    ];
+    let mut rng = Rng::new(7000 + i as u64);
+    let n = rng.below(14);
+    let body: Vec<&str> = (0..n)
+        .map(|_| {
+            let top = 1 + rng.below(WORDS.len());
+            WORDS[rng.below(top)]
+        })
+        .collect();
+    let mut m = Metadata::new();
+    m.insert("body".into(), Value::Str(body.join(" ")));
+    if i % 4 != 3 {
+        m.insert(
+            "title".into(),
+            Value::Str(format!("The {} of {}", WORDS[i % 12], WORDS[(i / 3) % 12])),
+        );
+    }
+    m.insert("n".into(), Value::Int(i as i64));
+    m
+}
+
+fn text(p: &Path) -> Made {
+    let data = clustered(720, 12, 120, 0.0, 1.0);
+    let ix = Index::create(p, options(VectorLayout::SplitHalves, Metric::Cosine, 12, 8)).unwrap();
+    for part in 0..3 {
+        let rows = part * 100..(part + 1) * 100;
+        let docs: Vec<Metadata> = rows.clone().map(text_document).collect();
+        ix.add_batch_with_metadata(None, &flat(&data[rows]), &docs, 1)
+            .unwrap();
+        ix.flush().unwrap();
+    }
+    ix.set_text_fields(&[
+        chassis::TextFieldSpec::new("body"),
+        chassis::TextFieldSpec::new("title")
+            .stem(true)
+            .stop_words(true),
+    ])
+    .unwrap();
+    ix.flush().unwrap();
+    for part in 0..8 {
+        let rows = 300 + part * 50..300 + (part + 1) * 50;
+        let docs: Vec<Metadata> = rows.clone().map(text_document).collect();
+        ix.add_batch_with_metadata(None, &flat(&data[rows]), &docs, 1)
+            .unwrap();
+        ix.flush().unwrap();
+    }
+    let deleted: Vec<u64> = (0..700).step_by(23).take(30).map(|i| i as u64).collect();
+    ix.delete_many(&deleted).unwrap();
+    for i in (1..700).step_by(70).take(10) {
+        ix.set_metadata(i as u64, &text_document(i + 5000)).unwrap();
+    }
+    for i in (2..700).step_by(140).take(5) {
+        ix.upsert(i as u64, &data[700 + i / 140], &text_document(i + 9000))
+            .unwrap();
+    }
+    ix.flush().unwrap();
+    assert_eq!(ix.info().unwrap().versions.1, 9);
+    assert!(ix.info().unwrap().text_segments.0 > 1);
+    drop(ix);
+    Made {
+        note: "all committed; closed cleanly",
+        deleted,
+        recovery: None,
+        clean_close: true,
+    }
+}
+
+/// BM25 of `query` over the documents, straight from the formula (Lucene's k1 1.2, b 0.75,
+/// idf ln(1 + (N - n + 0.5) / (n + 0.5)); N, n and the average length per field over these
+/// documents; summed over the fields), each field cut by its own analyzer: the top `k`,
+/// ties by id.
+fn bm25(
+    docs: &[(u64, Metadata)],
+    fields: &[chassis::TextFieldSpec],
+    query: &str,
+    k: usize,
+) -> Vec<(u64, f64)> {
+    let mut scores: std::collections::BTreeMap<u64, f64> = Default::default();
+    for spec in fields {
+        let a = spec.to_field().unwrap().analyzer;
+        let toks: Vec<(u64, Vec<String>)> = docs
+            .iter()
+            .map(|(id, d)| {
+                let mut t = Vec::new();
+                if let Some(Value::Str(s)) = d.get(&spec.name) {
+                    chassis::text::analyze(s, &a, &mut t);
+                }
+                (*id, t)
+            })
+            .collect();
+        let n = toks.iter().filter(|(_, t)| !t.is_empty()).count() as f64;
+        if n == 0.0 {
+            continue;
+        }
+        let avgdl = toks.iter().map(|(_, t)| t.len()).sum::<usize>() as f64 / n;
+        let mut q = Vec::new();
+        chassis::text::analyze(query, &a, &mut q);
+        let mut qc: std::collections::BTreeMap<String, u32> = Default::default();
+        for t in q {
+            *qc.entry(t).or_insert(0) += 1;
+        }
+        for (term, c) in qc {
+            let df = toks.iter().filter(|(_, t)| t.contains(&term)).count() as f64;
+            if df == 0.0 {
+                continue;
+            }
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for (id, t) in &toks {
+                let tf = t.iter().filter(|x| **x == term).count() as f64;
+                if tf > 0.0 {
+                    *scores.entry(*id).or_insert(0.0) += idf * f64::from(c) * tf
+                        / (tf + 1.2 * (1.0 - 0.75 + 0.75 * t.len() as f64 / avgdl));
+                }
+            }
+        }
+    }
+    let mut out: Vec<(u64, f64)> = scores.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.truncate(k);
+    out
 }
 
 fn with_metadata(
@@ -941,6 +1103,44 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
             }));
         }
     }
+    // Full-text queries, with BM25's answers computed straight from the live documents
+    // (exact ties in the top k left out, so any later release agrees on the order).
+    let mut text_queries = Vec::new();
+    let fields = ix.text_fields();
+    if !fields.is_empty() {
+        let docs: Vec<(u64, Metadata)> = ids
+            .iter()
+            .map(|&i| (i, ix.get_metadata(i).unwrap()))
+            .collect();
+        for q in [
+            "vector search",
+            "parsing files",
+            "the python of rust",
+            "GRÜSSE naïve café",
+            "boto3 1.43.0",
+            "ΣΊΣΥΦΟΣ",
+            "crash safe index crash",
+            "nothing matches",
+        ] {
+            let want = bm25(&docs, &fields, q, 50);
+            let cut = (1..=want.len().min(K))
+                .rev()
+                .find(|&n| n == want.len() || (want[n - 1].1 - want[n].1).abs() > 1e-4 * want[n].1)
+                .unwrap_or(0);
+            let want = &want[..cut];
+            let got = ix.search_text(q, cut.max(1), None).unwrap();
+            assert_eq!(
+                got.iter().map(|h| h.id).take(cut).collect::<Vec<_>>(),
+                want.iter().map(|w| w.0).collect::<Vec<_>>(),
+                "{name}: text query {q}"
+            );
+            text_queries.push(json!({
+                "text": q,
+                "ids": want.iter().map(|w| w.0).collect::<Vec<_>>(),
+                "scores": want.iter().map(|w| w.1).collect::<Vec<_>>(),
+            }));
+        }
+    }
     json!({
         "name": name,
         "about": about,
@@ -971,6 +1171,10 @@ fn expectations(name: &str, about: &str, path: &Path, made: &Made) -> serde_json
         "ef": EF,
         "queries": queries,
         "filtered": filtered,
+        "text_fields": fields.iter().map(|f| json!({
+            "name": f.name, "stem": f.stem, "stop_words": f.stop_words, "lowercase": f.lowercase,
+        })).collect::<Vec<_>>(),
+        "text_queries": text_queries,
     })
 }
 
