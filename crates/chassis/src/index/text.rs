@@ -357,6 +357,7 @@ impl Published {
                 all_live,
                 |s| self.slot_live(s, routing),
                 |_| true,
+                |s| self.id_of(s),
                 &mut scratch,
             ),
             Some(filter) => self
@@ -368,6 +369,7 @@ impl Published {
                         all_live,
                         |s| self.slot_live(s, routing),
                         |s| compiled.test(s),
+                        |s| self.id_of(s),
                         &mut scratch,
                     )
                 })
@@ -378,7 +380,7 @@ impl Published {
             .into_iter()
             .map(|h| {
                 Ok(TextHit {
-                    id: self.id_of(h.slot)?,
+                    id: h.id,
                     score: h.score,
                 })
             })

@@ -88,6 +88,10 @@ impl IndexReader {
                 all_live,
                 |s| view.live(s),
                 |_| true,
+                |s| {
+                    view.id(s)
+                        .ok_or_else(|| Error::corrupt("slot header unreadable", 0))
+                },
                 &mut scratch,
             ),
             Some(filter) => self
@@ -99,6 +103,10 @@ impl IndexReader {
                         all_live,
                         |s| view.live(s),
                         |s| compiled.test(s),
+                        |s| {
+                            view.id(s)
+                                .ok_or_else(|| Error::corrupt("slot header unreadable", 0))
+                        },
                         &mut scratch,
                     )
                 })
@@ -109,9 +117,7 @@ impl IndexReader {
             .into_iter()
             .map(|h| {
                 Ok(TextHit {
-                    id: view
-                        .id(h.slot)
-                        .ok_or_else(|| Error::corrupt("slot header unreadable", 0))?,
+                    id: h.id,
                     score: h.score,
                 })
             })

@@ -182,6 +182,8 @@ pub fn doc_terms(fields: &[TextField], doc: &DocRef<'_>) -> DocTerms {
 pub struct Scored {
     /// The slot.
     pub slot: u32,
+    /// Its id.
+    pub id: u64,
     /// Its BM25 score (higher is better).
     pub score: f32,
 }
@@ -365,7 +367,8 @@ impl TextView {
     /// The `k` best live documents for `query` by BM25 (summed over the fields), exact: the
     /// same top k as scoring every live document holding a query term. `live` says whether a
     /// slot is a live document of this state (`all_live`: every covered slot is, so `live` is
-    /// never asked); `pass` whether it may be returned (a filter). Best first, ties by slot.
+    /// never asked); `pass` whether it may be returned (a filter); `id_of` a slot's id. Best
+    /// first, ties by id (so the answer doesn't depend on where documents sit in the file).
     ///
     /// Terms are taken by their weight (idf times their count in the query), highest first
     /// (MaxScore, Turtle and Flood 1995). A term's score in a document is below its weight,
@@ -381,6 +384,7 @@ impl TextView {
         all_live: bool,
         live: impl Fn(u32) -> bool,
         pass: impl Fn(u32) -> bool,
+        id_of: impl Fn(u32) -> Result<u64>,
         scratch: &mut TextScratch,
     ) -> Result<Vec<Scored>> {
         if k == 0 {
@@ -445,20 +449,32 @@ impl TextView {
             }
         }
         scratch.postings = kth;
-        let mut hits: Vec<Scored> = scratch
-            .touched
-            .iter()
-            .map(|&slot| Scored {
-                slot,
-                score: scratch.scores[slot as usize],
-            })
-            .collect();
-        let order = |a: &Scored, b: &Scored| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot));
-        if hits.len() > k {
-            hits.select_nth_unstable_by(k - 1, order);
-            hits.truncate(k);
+        let scores = &scratch.scores;
+        let mut cand: Vec<u32> = scratch.touched.clone();
+        if cand.len() > k {
+            // The k best, and every document tied with the k-th (documents MaxScore passed
+            // over score strictly below it): ids decide among the tied.
+            cand.select_nth_unstable_by(k - 1, |a, b| {
+                scores[*b as usize].total_cmp(&scores[*a as usize])
+            });
+            let kth = scores[cand[k - 1] as usize];
+            let (top, rest) = cand.split_at(k);
+            let mut keep = top.to_vec();
+            keep.extend(rest.iter().copied().filter(|&s| scores[s as usize] == kth));
+            cand = keep;
         }
-        hits.sort_unstable_by(order);
+        let mut hits = cand
+            .into_iter()
+            .map(|slot| {
+                Ok(Scored {
+                    slot,
+                    id: id_of(slot)?,
+                    score: scores[slot as usize],
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        hits.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(k);
         Ok(hits)
     }
 
@@ -908,6 +924,7 @@ mod tests {
                         false,
                         |s| live[s as usize],
                         |_| true,
+                        |s| Ok(u64::from(s)),
                         &mut scratch,
                     )
                     .unwrap();
@@ -936,6 +953,7 @@ mod tests {
                         false,
                         |s| live[s as usize],
                         |s| s % 2 == 0,
+                        |s| Ok(u64::from(s)),
                         &mut scratch,
                     )
                     .unwrap();
@@ -992,6 +1010,7 @@ mod tests {
                 true,
                 |_| true,
                 |_| true,
+                |s| Ok(u64::from(s)),
                 &mut scratch,
             )
             .unwrap();

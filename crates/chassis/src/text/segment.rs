@@ -658,10 +658,28 @@ mod tests {
             "nothing",
         ] {
             let a = mem_view
-                .search(&src, q, 20, true, |_| true, |_| true, &mut s)
+                .search(
+                    &src,
+                    q,
+                    20,
+                    true,
+                    |_| true,
+                    |_| true,
+                    |x| Ok(u64::from(x)),
+                    &mut s,
+                )
                 .unwrap();
             let b = disk_view
-                .search(&src, q, 20, true, |_| true, |_| true, &mut s)
+                .search(
+                    &src,
+                    q,
+                    20,
+                    true,
+                    |_| true,
+                    |_| true,
+                    |x| Ok(u64::from(x)),
+                    &mut s,
+                )
                 .unwrap();
             assert_eq!(a, b, "{q}");
         }
@@ -704,6 +722,7 @@ mod tests {
                 true,
                 |_| true,
                 |_| true,
+                |x| Ok(u64::from(x)),
                 &mut s
             ),
             Err(Error::Corrupt { .. })
