@@ -105,6 +105,41 @@ impl Golden {
             })
             .unwrap_or_default()
     }
+    /// (text, ids, scores) of the full-text queries (files with a full-text index).
+    fn text_queries(&self) -> Vec<(String, Vec<u64>, Vec<f32>)> {
+        self.expect
+            .get("text_queries")
+            .and_then(Value::as_array)
+            .map(|qs| {
+                qs.iter()
+                    .map(|q| {
+                        (
+                            q["text"].as_str().unwrap().to_string(),
+                            u64s(&q["ids"]),
+                            f32s(&q["scores"]),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    /// The text fields (name, stem, stop words, lowercase), empty for files without them.
+    fn text_fields(&self) -> Vec<chassis::TextFieldSpec> {
+        self.expect
+            .get("text_fields")
+            .and_then(Value::as_array)
+            .map(|fs| {
+                fs.iter()
+                    .map(|f| {
+                        chassis::TextFieldSpec::new(f["name"].as_str().unwrap())
+                            .stem(f["stem"].as_bool().unwrap())
+                            .stop_words(f["stop_words"].as_bool().unwrap())
+                            .lowercase(f["lowercase"].as_bool().unwrap())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
     /// (id, vector) pairs `get` must return bit for bit.
     fn samples(&self) -> Vec<(u64, Vec<f32>)> {
         self.expect["get"]
@@ -205,6 +240,8 @@ trait Shows {
     fn contains(&self, id: u64) -> bool;
     fn search(&self, q: &[f32], k: usize, ef: usize) -> Vec<Neighbor>;
     fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor>;
+    fn search_text(&self, q: &str, k: usize) -> Vec<chassis::TextHit>;
+    fn text_fields(&self) -> Vec<chassis::TextFieldSpec>;
 }
 
 impl Shows for Index {
@@ -226,6 +263,12 @@ impl Shows for Index {
     fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor> {
         Index::search_filtered(self, q, k, ef, f).unwrap()
     }
+    fn search_text(&self, q: &str, k: usize) -> Vec<chassis::TextHit> {
+        Index::search_text(self, q, k, None).unwrap()
+    }
+    fn text_fields(&self) -> Vec<chassis::TextFieldSpec> {
+        Index::text_fields(self)
+    }
 }
 
 impl Shows for IndexReader {
@@ -246,6 +289,12 @@ impl Shows for IndexReader {
     }
     fn search_filtered(&self, q: &[f32], k: usize, ef: usize, f: &Filter) -> Vec<Neighbor> {
         IndexReader::search_filtered(self, q, k, ef, f).unwrap()
+    }
+    fn search_text(&self, q: &str, k: usize) -> Vec<chassis::TextHit> {
+        IndexReader::search_text(self, q, k, None).unwrap()
+    }
+    fn text_fields(&self) -> Vec<chassis::TextFieldSpec> {
+        IndexReader::text_fields(self).unwrap()
     }
 }
 
@@ -282,6 +331,22 @@ fn shows_what_it_must(g: &Golden, ix: &dyn Shows, how: &str) {
     }
     for (id, want) in g.sampled_metadata() {
         assert_eq!(ix.metadata(id).unwrap(), want, "{who}: metadata of {id}");
+    }
+    assert_eq!(ix.text_fields(), g.text_fields(), "{who}: text fields");
+    for (q, ids, scores) in g.text_queries() {
+        if ids.is_empty() {
+            continue;
+        }
+        let hits = ix.search_text(&q, ids.len());
+        let got: Vec<u64> = hits.iter().map(|h| h.id).collect();
+        assert_eq!(got, ids, "{who}: text search {q:?}");
+        for (h, s) in hits.iter().zip(&scores) {
+            assert!(
+                (h.score - s).abs() <= 1e-4 * s.abs().max(1.0),
+                "{who}: BM25 {} vs {s} for {q:?}",
+                h.score
+            );
+        }
     }
     for (q, f, ids, distances) in g.filtered() {
         let hits = ix.search_filtered(&q, k, ef, &f);
