@@ -596,7 +596,7 @@ pub const DEFAULT_DEPTH: usize = 50;
 /// The vector leg searches with ef at least this many times its depth: fusion needs the
 /// leg's deeper ranks about right, where a graph search at ef = depth misses most
 /// (docs/decisions/0002-hybrid-depth.md).
-pub const VECTOR_LEG_EF_PER_DEPTH: usize = 4;
+pub const VECTOR_LEG_EF_PER_DEPTH: usize = 6;
 
 /// How a hybrid search runs its legs and fuses them.
 #[derive(Clone, Copy, Debug, PartialEq)]
