@@ -1,10 +1,11 @@
 //! (b) The pure decoders: header copies (alone and chosen between two), table page heads,
 //! heap chunk heads, hnswlib files, and metadata documents and heap entries (a document that
 //! decodes re-encodes to the same bytes), sync patches (likewise canonical), and codebook
-//! regions (one that decodes re-encodes to the same bytes).
+//! regions (one that decodes re-encodes to the same bytes), and the full-text index's blobs:
+//! a blob head, a root, a segment head and a dictionary block (each canonical).
 #![no_main]
 
-use chassis::format::{codes, header, hnswlib::HnswlibFile, metadata, patch, table};
+use chassis::format::{codes, header, hnswlib::HnswlibFile, metadata, patch, table, text};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -42,6 +43,16 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(p) = patch::Patch::decode(data) {
         assert_eq!(p.encode(), data, "patches are canonical");
+    }
+    let _ = text::decode_head(data, 0);
+    if let Ok(root) = text::Root::decode(data, 0) {
+        assert_eq!(root.encode(), data, "text roots are canonical");
+    }
+    if let Ok(head) = text::SegmentHead::decode(data, 0) {
+        assert_eq!(head.encode(), data, "segment heads are canonical");
+    }
+    if let Ok(entries) = text::decode_dict(data, 0) {
+        assert_eq!(text::encode_dict(&entries), data, "dictionary blocks are canonical");
     }
     if let Ok(f) = HnswlibFile::parse(data) {
         for i in 0..f.count.min(10_000) {
