@@ -52,7 +52,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(head.encode(), data, "segment heads are canonical");
     }
     if let Ok(entries) = text::decode_dict(data, 0) {
-        assert_eq!(text::encode_dict(&entries), data, "dictionary blocks are canonical");
+        assert_eq!(
+            text::encode_dict(&entries),
+            data,
+            "dictionary blocks are canonical"
+        );
     }
     if let Ok(f) = HnswlibFile::parse(data) {
         for i in 0..f.count.min(10_000) {

@@ -108,7 +108,9 @@ fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
         match g.vector(s).expect("a committed vector") {
             VectorRef::F32(v) => f.vectors.extend_from_slice(v),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => f.halves.extend_from_slice(h),
-            VectorRef::Code(..) => unreachable!("this harness builds files without codes"),
+            VectorRef::Code(..) | VectorRef::F16(_) => {
+                unreachable!("this harness builds f32 or split-halves files without codes")
+            }
         }
         let l0 = g.level0(s).expect("a committed record");
         f.level0

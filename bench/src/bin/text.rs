@@ -96,12 +96,7 @@ impl Reference {
         }
         let n = docs.iter().filter(|d| !d.is_empty()).count() as f64;
         let avgdl = docs.iter().map(|d| d.len()).sum::<usize>() as f64 / n;
-        Reference {
-            docs,
-            df,
-            avgdl,
-            n,
-        }
+        Reference { docs, df, avgdl, n }
     }
 
     fn top(&self, q: &str, k: usize) -> Vec<(u64, f64)> {
@@ -135,7 +130,12 @@ fn exact(base: &[f32], dims: usize, q: &[f32], k: usize) -> Vec<chassis::Neighbo
     let mut d: Vec<(f32, u64)> = base
         .chunks_exact(dims)
         .enumerate()
-        .map(|(i, v)| (1.0 - v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), i as u64))
+        .map(|(i, v)| {
+            (
+                1.0 - v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(),
+                i as u64,
+            )
+        })
         .collect();
     d.select_nth_unstable_by(k, |a, b| a.0.total_cmp(&b.0));
     d.truncate(k);
@@ -188,7 +188,10 @@ fn main() {
                 r.search_text(&q.text, 10, None).expect("search");
             }
         }
-        println!("{:.0} QPS", (n * qs.len()) as f64 / t.elapsed().as_secs_f64());
+        println!(
+            "{:.0} QPS",
+            (n * qs.len()) as f64 / t.elapsed().as_secs_f64()
+        );
         return;
     }
     if args.first().map(String::as_str) == Some("--hybrid-sweep") {
@@ -337,15 +340,33 @@ fn main() {
     let hnsw_v: Vec<Vec<chassis::Neighbor>> = (0..qs.len())
         .map(|i| reader.search(qrow(i), 100, 100).expect("search"))
         .collect();
-    rows.push(("BM25 alone".to_string(), mrr(&|i| {
-        rr(&text_hits[i].iter().map(|h| h.id).collect::<Vec<_>>(), qs[i].target)
-    })));
-    rows.push(("vectors alone (exact)".to_string(), mrr(&|i| {
-        rr(&exact_v[i].iter().map(|h| h.id).collect::<Vec<_>>(), qs[i].target)
-    })));
-    rows.push(("vectors alone (HNSW, ef 100)".to_string(), mrr(&|i| {
-        rr(&hnsw_v[i].iter().map(|h| h.id).collect::<Vec<_>>(), qs[i].target)
-    })));
+    rows.push((
+        "BM25 alone".to_string(),
+        mrr(&|i| {
+            rr(
+                &text_hits[i].iter().map(|h| h.id).collect::<Vec<_>>(),
+                qs[i].target,
+            )
+        }),
+    ));
+    rows.push((
+        "vectors alone (exact)".to_string(),
+        mrr(&|i| {
+            rr(
+                &exact_v[i].iter().map(|h| h.id).collect::<Vec<_>>(),
+                qs[i].target,
+            )
+        }),
+    ));
+    rows.push((
+        "vectors alone (HNSW, ef 100)".to_string(),
+        mrr(&|i| {
+            rr(
+                &hnsw_v[i].iter().map(|h| h.id).collect::<Vec<_>>(),
+                qs[i].target,
+            )
+        }),
+    ));
     let fusions: Vec<(String, HybridOptions)> = vec![
         ("RRF k 60 (the default)".into(), HybridOptions::default()),
         (
@@ -402,7 +423,10 @@ fn main() {
                     .collect()
             })
             .collect();
-        rows.push((format!("hybrid: {name}"), mrr(&|i| rr(&ours[i], qs[i].target))));
+        rows.push((
+            format!("hybrid: {name}"),
+            mrr(&|i| rr(&ours[i], qs[i].target)),
+        ));
         rows.push((
             format!("hybrid with exact legs: {name}"),
             mrr(&|i| rr(&exact_legs[i], qs[i].target)),
@@ -487,7 +511,11 @@ fn main() {
             (0..5)
                 .map(|_| {
                     let o = std::process::Command::new(&exe)
-                        .args(["--open-probe", &file.to_string_lossy(), "python web framework"])
+                        .args([
+                            "--open-probe",
+                            &file.to_string_lossy(),
+                            "python web framework",
+                        ])
                         .output()
                         .expect("probe");
                     String::from_utf8_lossy(&o.stdout)
@@ -535,12 +563,14 @@ fn main() {
                     .join(" ");
                 docs.push(Metadata::from([("text".to_string(), Value::Str(t))]));
             }
-            ix.add_batch_with_metadata(None, &rows, &docs, 2).expect("add");
+            ix.add_batch_with_metadata(None, &rows, &docs, 2)
+                .expect("add");
         }
         ix.flush().expect("flush");
         let before = ix.info().expect("info").metadata_bytes;
         let t = Instant::now();
-        ix.set_text_fields(&[TextFieldSpec::new("text")]).expect("fields");
+        ix.set_text_fields(&[TextFieldSpec::new("text")])
+            .expect("fields");
         ix.flush().expect("flush");
         let secs = t.elapsed().as_secs_f64();
         let after = ix.info().expect("info").metadata_bytes;
