@@ -39,6 +39,17 @@ impl VisitedSet {
         self.len = n;
     }
 
+    /// Whether `slot` was visited (slots beyond the reset size count as visited).
+    #[inline]
+    pub fn contains(&self, slot: u32) -> bool {
+        let s = slot as usize;
+        s >= self.len
+            || self
+                .bits
+                .get(s / 64)
+                .is_none_or(|w| w & (1u64 << (s % 64)) != 0)
+    }
+
     /// Marks `slot`; returns true if it was not yet visited. Slots beyond the reset size are
     /// reported as visited, so they are skipped.
     #[inline]
