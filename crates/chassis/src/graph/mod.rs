@@ -23,6 +23,7 @@
 //! search may see a list mid-rewrite and only ever sees whole slot ids.
 
 pub mod distance;
+mod filtered;
 pub mod order;
 mod rank;
 pub mod support;
@@ -34,6 +35,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, VectorRef};
+use filtered::gather_two_hop;
+pub use filtered::{scan, search_within_two_hop};
 use rank::{approximate, rank_exactly};
 pub use visited::VisitedSet;
 
@@ -563,63 +566,6 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool, const TWO_HOP: bool>(
     (keys.into_iter().map(Key::scored).collect(), gave_up)
 }
 
-/// The slots one two-hop expansion of `list` scores ([`search_layer_within`]): its unvisited
-/// neighbors `accept` admits, then, through each unvisited neighbor it refuses (marked
-/// visited, so its list is read once a search), that neighbor's unvisited admitted
-/// neighbors, until as many as the list's capacity are gathered.
-#[inline]
-fn gather_two_hop<S: GraphStore>(
-    store: &S,
-    list: &[AtomicU32],
-    r: u32,
-    accept: &impl Fn(u32) -> bool,
-    visited: &mut VisitedSet,
-    mut hop: Vec<u32>,
-) -> Vec<u32> {
-    hop.clear();
-    // The list's capacity (M0 on layer 0): half of it lost 0.04 of recall at 10% passing
-    // for 20% more speed, twice it gained 0.009 for 16% less (pypi-minilm, ef 64).
-    let cap = list.len();
-    // The admitted neighbors; the refused ones' lists start loading (read below).
-    for w in list {
-        let n = w.load(Ordering::Relaxed);
-        if n >= r {
-            continue;
-        }
-        if accept(n) {
-            if visited.insert(n) {
-                hop.push(n);
-            }
-        } else if !visited.contains(n) {
-            if let Some(l) = store.level0(n) {
-                prefetch(l.as_ptr(), LIST_PREFETCH_LINES);
-            }
-        }
-    }
-    for w in list {
-        if hop.len() >= cap {
-            break;
-        }
-        let n = w.load(Ordering::Relaxed);
-        if n >= r || accept(n) || !visited.insert(n) {
-            continue;
-        }
-        let Some(l) = store.level0(n) else {
-            continue;
-        };
-        for w2 in l {
-            let m = w2.load(Ordering::Relaxed);
-            if m < r && accept(m) && visited.insert(m) {
-                hop.push(m);
-                if hop.len() >= cap {
-                    break;
-                }
-            }
-        }
-    }
-    hop
-}
-
 /// k-NN search (algorithm 5): greedy descent through the upper layers, then a beam of
 /// `max(ef, k)` on layer 0. Returns up to `k` accepted slots, nearest first.
 #[allow(clippy::too_many_arguments)]
@@ -821,143 +767,6 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
         scratch,
     )?;
     Some(walked.finish(store, dist, q, k, scratch))
-}
-
-/// [`search_within`] whose layer-0 beam scores only slots `accept` admits, reaching them
-/// through refused neighbors' lists too (two hops; [`search_layer_within`]). For a filter
-/// that few slots pass, tested in nanoseconds (a bitmap): the beam's distance computations
-/// are then about an unfiltered search's, where a plain filtered beam makes them over every
-/// refused slot it routes through. Returns up to `k` admitted slots, nearest first, each
-/// distance exact; `None` past `budget` distance computations. Fewer than `k` when the
-/// admitted slots are poorly connected even through two hops: the caller then searches
-/// otherwise.
-#[allow(clippy::too_many_arguments)]
-pub fn search_within_two_hop<S: GraphStore, F: Fn(u32) -> bool>(
-    store: &S,
-    dist: &Distance,
-    q: &[f32],
-    entry_point: u32,
-    max_layer: usize,
-    k: usize,
-    ef: usize,
-    accept: F,
-    budget: u64,
-    scratch: &mut Scratch,
-) -> Option<Vec<Scored>> {
-    let walked = walk::<S, F, true>(
-        store,
-        dist,
-        q,
-        entry_point,
-        max_layer,
-        k,
-        ef,
-        accept,
-        budget,
-        scratch,
-    )?;
-    Some(walked.finish(store, dist, q, k, scratch))
-}
-
-/// The exact `k` nearest of `slots` (each scored once; slots without a vector are skipped),
-/// nearest first: what a search returns, by scanning instead of walking. Split vectors are
-/// scored by high halves, then ranked exactly as far as their error bound leaves in doubt
-/// ([`rank_exactly`]), so the answer is exact while most vectors are read half.
-pub fn scan<S: GraphStore>(
-    store: &S,
-    dist: &Distance,
-    q: &[f32],
-    slots: impl IntoIterator<Item = u32>,
-    k: usize,
-    scratch: &mut Scratch,
-) -> Vec<Scored> {
-    if k == 0 {
-        return Vec::new();
-    }
-    // Gather first, then score in groups of SCAN_GROUP with the vectors SCAN_AHEAD groups
-    // ahead prefetched, so loads overlap without flooding the line-fill buffers.
-    let mut refs: Vec<(u32, VectorRef<'_>)> = Vec::new();
-    let mut split = false;
-    let mut coded = false;
-    // Whether a slot was scored by its vector although the walk reads its code.
-    let mut by_vectors = false;
-    for slot in slots {
-        let v = match store.vector(slot) {
-            // Codes without a proved bound would make the scan approximate: it reads vectors.
-            Some(VectorRef::Code(_, book)) if !book.kind().proves() => {
-                by_vectors = true;
-                store.exact_vector(slot)
-            }
-            v => v,
-        };
-        if let Some(v) = v {
-            split |= matches!(v, VectorRef::Split(_));
-            coded |= v.is_code();
-            refs.push((slot, v));
-        }
-    }
-    let mut all: Vec<Scored> = Vec::with_capacity(refs.len());
-    scratch.coded.forget();
-    for v in refs.iter().take(SCAN_GROUP * SCAN_AHEAD) {
-        prefetch_walk(v.1);
-    }
-    let mut vectors = [VectorRef::F32(&[]); SCAN_GROUP];
-    let mut distances = [0f32; SCAN_GROUP];
-    for (g, group) in refs.chunks(SCAN_GROUP).enumerate() {
-        let ahead = (g + SCAN_AHEAD) * SCAN_GROUP;
-        for v in refs.iter().skip(ahead).take(SCAN_GROUP) {
-            prefetch_walk(v.1);
-        }
-        for (dst, (_, v)) in vectors.iter_mut().zip(group) {
-            *dst = *v;
-        }
-        dist.walk_batch(
-            q,
-            &mut scratch.coded,
-            &vectors[..group.len()],
-            &mut distances,
-        );
-        all.extend(
-            group
-                .iter()
-                .zip(&distances)
-                .map(|(&(slot, _), &distance)| Scored { distance, slot }),
-        );
-    }
-    scratch.distance_count += all.len() as u64;
-    if coded {
-        // Each code has its own error bound: rank in the order of the bounds, which stops
-        // as soon as the rest can't come nearer.
-        return rank_exactly(store, dist, q, &all, k, false, scratch);
-    }
-    if !split {
-        // Walk distances are exact distances.
-        if all.len() > k {
-            all.select_nth_unstable(k - 1);
-            all.truncate(k);
-        }
-        all.sort_unstable();
-        return all;
-    }
-    // Rank exactly in walk order: first among the nearest few by walk distance, which nearly
-    // always settles it; if the bound can't rule out the rest, among all.
-    let m = (4 * k + 16).min(all.len());
-    if m < all.len() {
-        all.select_nth_unstable(m - 1);
-    }
-    all[..m].sort_unstable();
-    let ranked = rank_exactly(store, dist, q, &all[..m], k, by_vectors, scratch);
-    let settled = m == all.len()
-        || (ranked.len() >= k
-            && ranked.last().is_some_and(|kth| {
-                let q_norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
-                dist.exact_lower_bound(q_norm, all[m - 1].distance, q.len()) > kth.distance
-            }));
-    if settled {
-        return ranked;
-    }
-    all.sort_unstable();
-    rank_exactly(store, dist, q, &all, k, by_vectors, scratch)
 }
 
 /// The neighbor-selection heuristic (algorithm 4, without extending or keeping pruned
