@@ -195,7 +195,8 @@ fn main() {
         return;
     }
     if args.first().map(String::as_str) == Some("--hybrid-sweep") {
-        // MRR@10 and QPS of the default fusion by the vector leg's ef and each leg's depth.
+        // MRR@10 and QPS of the default fusion by the vector leg's ef and each leg's depth (the
+        // vector leg completed by the text leg's hits, as every hybrid search is).
         let dir = chassis_bench::pypi_minilm().expect("data");
         let qs = queries(&dir);
         let qv = read_npy(&dir.join("pypi-minilm_hybrid_query.f32.npy"), 384);

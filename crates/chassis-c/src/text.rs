@@ -315,7 +315,8 @@ pub unsafe extern "C" fn chassis_reader_search_text(
 /// `"fusion"` `"rrf"` (the default: reciprocal rank fusion, k = `"rrf_k"`, 60) or
 /// `"relative_score"`; `"weights"` `[vector, text]` (default `[1, 1]`); `"depth"`, the
 /// candidates each leg returns (default max(k, 50)); `"filter"`, a filter applied to both
-/// legs. The vector leg searches with ef at least 6 × depth. Writes up to `k` ids and fused
+/// legs. The vector leg searches with ef at least depth, completed by the text leg's hits
+/// (scored by exact vector distance). Writes up to `k` ids and fused
 /// scores (higher is better; `scores` may be null), each leg's rank and score into `legs`
 /// (null to skip), and the count to `found`.
 ///

@@ -343,6 +343,77 @@ fn hybrid_fuses_the_two_legs_as_defined() {
     }
 }
 
+/// The vector leg is completed by the text leg: a document the text leg found and the graph
+/// search (at a low ef, on a weak graph) missed is scored by its exact vector distance and
+/// takes its place among the vector leg's best `depth`, so fusion sees its vector rank. The
+/// hybrid answer equals fusing by hand the graph's leg completed so.
+#[test]
+fn hybrid_completes_the_vector_leg_with_the_text_legs_hits() {
+    let (n, dims, depth) = (4000, 24, 10);
+    let ix = Index::in_memory(
+        common::small(dims, Metric::L2Squared, 6, 16).text_fields(["text"]),
+        64 << 20,
+    )
+    .unwrap();
+    let mut rng = Rng::new(31);
+    let data: Vec<Vec<f32>> = (0..n)
+        .map(|_| (0..dims).map(|_| rng.normal()).collect())
+        .collect();
+    let docs: Vec<Metadata> = (0..n).map(|i| doc(&mut rng, i)).collect();
+    ix.add_batch_with_metadata(None, &data.concat(), &docs, 1)
+        .unwrap();
+    let opts = HybridOptions {
+        depth,
+        ..Default::default()
+    };
+    let mut completed = 0;
+    // Each query: near one document's vector, with its words (so both legs may find it).
+    for j in (0..n).step_by(53) {
+        let Some(Value::Str(text)) = docs[j].get("text") else {
+            continue;
+        };
+        let text = text.as_str();
+        let q: Vec<f32> = data[j].iter().map(|x| x + 0.7 * rng.normal()).collect();
+        let got = ix
+            .search_hybrid(&q, text, depth, depth, None, &opts)
+            .unwrap();
+        let v = ix.search(&q, depth, depth).unwrap();
+        let t = ix.search_text(text, depth, None).unwrap();
+        let mut leg = v.clone();
+        for h in &t {
+            if !leg.iter().any(|x| x.id == h.id) {
+                let d = chassis::graph::distance::reference::l2sq(&data[h.id as usize], &q);
+                leg.push(chassis::Neighbor {
+                    id: h.id,
+                    distance: d,
+                });
+            }
+        }
+        leg.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id)));
+        leg.truncate(depth);
+        let want = chassis::text::hybrid(&leg, &t, &opts, depth);
+        let ids = |h: &[chassis::HybridHit]| h.iter().map(|x| x.id).collect::<Vec<_>>();
+        assert_eq!(ids(&got), ids(&want), "{text}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.text, w.text, "{text}");
+            assert_eq!(g.vector.map(|l| l.rank), w.vector.map(|l| l.rank), "{text}");
+            if let (Some(a), Some(b)) = (g.vector, w.vector) {
+                assert!(
+                    (a.score - b.score).abs() <= 1e-4 * b.score.max(1.0),
+                    "{text}"
+                );
+            }
+            if g.vector.is_some() && !v.iter().any(|x| x.id == g.id) {
+                completed += 1;
+            }
+        }
+    }
+    assert!(
+        completed > 0,
+        "no query had a text hit the graph search missed"
+    );
+}
+
 /// A file whose full-text index disagrees with its documents is reported by `check`, and one
 /// whose root covers fewer slots than the file commits doesn't open.
 #[test]

@@ -512,7 +512,8 @@ class Index:
         scores min-max normalised over its list, then the weighted sum; on queries that copy
         a document's words (names, codes) it follows BM25 more closely, e.g. with
         ``weights=(0.3, 0.7)``. ``weights=(vector, text)``. The vector leg searches with ef
-        at least 6 × depth. A filter applies to both legs (each returns only what passes).
+        at least depth, and the text leg's hits it missed are scored by their exact vector
+        distance and merged into it. A filter applies to both legs (each returns only what passes).
         Returns ``(ids, scores)``, fused scores higher is better, padded with
         :data:`MISSING_ID` and ``-inf``; with ``return_legs=True`` also a dict of arrays
         ``vector_rank``, ``vector_distance``, ``text_rank``, ``text_score`` (rank 0 and NaN

@@ -103,7 +103,7 @@ impl Published {
             .ok_or_else(|| Error::corrupt(format!("slot {slot} has no segment"), 0))
     }
 
-    fn prepare(&self, query: &[f32]) -> Result<AlignedVector> {
+    pub(super) fn prepare(&self, query: &[f32]) -> Result<AlignedVector> {
         let v =
             crate::query::prepare_vector(self.shared.dist.metric(), self.regions.dims(), query)?;
         Ok(AlignedVector::new(&v))

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::format::metadata::DocRef;
 use crate::format::text::{FieldStats, Root, KIND_ROOT};
+use crate::graph::GraphStore;
 use crate::query::Neighbor;
 use crate::text::segment::{Built, DocTerms, MemSegment, StoredSegment};
 use crate::text::{doc_terms, HybridHit, HybridOptions, TextFieldSpec, TextHit, TextView};
@@ -333,6 +334,23 @@ impl Published {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Vec<TextHit>> {
+        Ok(self
+            .text_hits(query, k, filter)?
+            .iter()
+            .map(|h| TextHit {
+                id: h.id,
+                score: h.score,
+            })
+            .collect())
+    }
+
+    /// [`Published::search_text`]'s hits with their slots.
+    fn text_hits(
+        &self,
+        query: &str,
+        k: usize,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<crate::text::Scored>> {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
@@ -376,15 +394,7 @@ impl Published {
                 .and_then(|r| r),
         };
         lock(&self.shared.text_scratch).push(scratch);
-        hits?
-            .into_iter()
-            .map(|h| {
-                Ok(TextHit {
-                    id: h.id,
-                    score: h.score,
-                })
-            })
-            .collect()
+        hits
     }
 
     /// The hybrid search: the vector leg (filtered when a filter is given) and the text leg,
@@ -404,11 +414,26 @@ impl Published {
         opts.validate()?;
         let depth = opts.depth_for(k);
         let ef = opts.vector_ef(k, ef);
-        let v: Vec<Neighbor> = match filter {
+        let mut v: Vec<Neighbor> = match filter {
             None => self.search(vector, depth, ef)?,
             Some(f) => self.search_filtered_with(vector, depth, ef, f)?.0,
         };
-        let t = self.search_text(query, depth, filter)?;
+        let t = self.text_hits(query, depth, filter)?;
+        // The text leg's hits are live and pass the filter: their exact vector distances.
+        let q = self.prepare(vector)?;
+        let view = self.view(self.routing());
+        let mut buf = Vec::new();
+        crate::text::complete_vector_leg(&mut v, &t, depth, |slot| {
+            let v = view.exact_vector(slot)?;
+            Some(self.shared.dist.exact(&q, v, &mut buf))
+        });
+        let t: Vec<TextHit> = t
+            .iter()
+            .map(|h| TextHit {
+                id: h.id,
+                score: h.score,
+            })
+            .collect();
         Ok(crate::text::hybrid(&v, &t, opts, k))
     }
 }

@@ -8,6 +8,8 @@
 
 use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::graph::{AlignedVector, GraphStore};
+use crate::query::prepare_vector;
 use crate::storage::HeapBlobs;
 use crate::text::{HybridHit, HybridOptions, TextFieldSpec, TextHit, TextView};
 
@@ -63,6 +65,24 @@ impl IndexReader {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Vec<TextHit>> {
+        Ok(self
+            .text_hits_in(snap, query, k, filter)?
+            .into_iter()
+            .map(|h| TextHit {
+                id: h.id,
+                score: h.score,
+            })
+            .collect())
+    }
+
+    /// [`IndexReader::search_text_in`]'s hits with their slots.
+    fn text_hits_in(
+        &self,
+        snap: &Snapshot,
+        query: &str,
+        k: usize,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<crate::text::Scored>> {
         if k == 0 {
             return Err(Error::InvalidArgument("k must be at least 1".into()));
         }
@@ -113,15 +133,7 @@ impl IndexReader {
                 .and_then(|r| r),
         };
         lock(&self.text_scratch).push(scratch);
-        hits?
-            .into_iter()
-            .map(|h| {
-                Ok(TextHit {
-                    id: h.id,
-                    score: h.score,
-                })
-            })
-            .collect()
+        hits
     }
 
     /// Hybrid search on a fresh snapshot (as [`crate::Index::search_hybrid`]).
@@ -156,11 +168,29 @@ impl IndexReader {
         opts.validate()?;
         let depth = opts.depth_for(k);
         let ef = opts.vector_ef(k, ef);
-        let v = match filter {
+        let mut v = match filter {
             None => self.search_in(snap, vector, depth, ef)?,
             Some(f) => self.search_in_filtered(snap, vector, depth, ef, f)?.0,
         };
-        let t = self.search_text_in(snap, query, depth, filter)?;
-        Ok(crate::text::hybrid(&v, &t, opts, k))
+        let t = self.text_hits_in(snap, query, depth, filter)?;
+        // The text leg's hits are live and pass the filter: their exact vector distances.
+        let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, vector)?);
+        let view = View::new(self, snap);
+        let mut buf = Vec::new();
+        crate::text::complete_vector_leg(&mut v, &t, depth, |slot| {
+            let v = view.exact_vector(slot)?;
+            Some(self.dist.exact(&q, v, &mut buf))
+        });
+        Ok(crate::text::hybrid(&v, &to_text_hits(&t), opts, k))
     }
+}
+
+/// The hits as the public type (without their slots).
+fn to_text_hits(hits: &[crate::text::Scored]) -> Vec<TextHit> {
+    hits.iter()
+        .map(|h| TextHit {
+            id: h.id,
+            score: h.score,
+        })
+        .collect()
 }
