@@ -311,7 +311,11 @@ def main():
     files = sorted(OUT.glob("results-*.json"))
     order = ["pypi-minilm", "synth-1m-128", "synth-100k-1536"]
     results = [json.loads(f.read_text()) for f in files]
-    results = [r for r in results if r["dataset"] in order and "first" not in r["description"]]
+    # results-filtered.json (bench/ann/filtered.py) lives beside these and is reported apart.
+    results = [
+        r for r in results
+        if r.get("dataset") in order and "first" not in r.get("description", "first")
+    ]
     results.sort(key=lambda r: order.index(r["dataset"]))
     if not results:
         raise SystemExit("no full-size results under bench/target/ann/ (run bench/ann/run)")
