@@ -23,7 +23,6 @@ use crate::filter::Filter;
 use crate::format::metadata::DocRef;
 use crate::format::text::{FieldStats, Root, KIND_ROOT};
 use crate::graph::GraphStore;
-use crate::query::Neighbor;
 use crate::text::segment::{Built, DocTerms, MemSegment, StoredSegment};
 use crate::text::{doc_terms, HybridHit, HybridOptions, TextFieldSpec, TextHit, TextView};
 
@@ -337,10 +336,7 @@ impl Published {
         Ok(self
             .text_hits(query, k, filter)?
             .iter()
-            .map(|h| TextHit {
-                id: h.id,
-                score: h.score,
-            })
+            .map(crate::text::Scored::hit)
             .collect())
     }
 
@@ -408,33 +404,23 @@ impl Published {
         filter: Option<&Filter>,
         opts: &HybridOptions,
     ) -> Result<Vec<HybridHit>> {
-        if k == 0 {
-            return Err(Error::InvalidArgument("k must be at least 1".into()));
-        }
-        opts.validate()?;
-        let depth = opts.depth_for(k);
-        let ef = opts.vector_ef(k, ef);
-        let mut v: Vec<Neighbor> = match filter {
-            None => self.search(vector, depth, ef)?,
-            Some(f) => self.search_filtered_with(vector, depth, ef, f)?.0,
-        };
-        let t = self.text_hits(query, depth, filter)?;
-        // The text leg's hits are live and pass the filter: their exact vector distances.
         let q = self.prepare(vector)?;
         let view = self.view(self.routing());
         let mut buf = Vec::new();
-        crate::text::complete_vector_leg(&mut v, &t, depth, |slot| {
-            let v = view.exact_vector(slot)?;
-            Some(self.shared.dist.exact(&q, v, &mut buf))
-        });
-        let t: Vec<TextHit> = t
-            .iter()
-            .map(|h| TextHit {
-                id: h.id,
-                score: h.score,
-            })
-            .collect();
-        Ok(crate::text::hybrid(&v, &t, opts, k))
+        crate::text::search_hybrid(
+            k,
+            ef,
+            opts,
+            |depth, ef| match filter {
+                None => self.search(vector, depth, ef),
+                Some(f) => Ok(self.search_filtered_with(vector, depth, ef, f)?.0),
+            },
+            |depth| self.text_hits(query, depth, filter),
+            |slot| {
+                let v = view.exact_vector(slot)?;
+                Some(self.shared.dist.exact(&q, v, &mut buf))
+            },
+        )
     }
 }
 

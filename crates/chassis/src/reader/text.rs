@@ -67,11 +67,8 @@ impl IndexReader {
     ) -> Result<Vec<TextHit>> {
         Ok(self
             .text_hits_in(snap, query, k, filter)?
-            .into_iter()
-            .map(|h| TextHit {
-                id: h.id,
-                score: h.score,
-            })
+            .iter()
+            .map(crate::text::Scored::hit)
             .collect())
     }
 
@@ -162,35 +159,22 @@ impl IndexReader {
         filter: Option<&Filter>,
         opts: &HybridOptions,
     ) -> Result<Vec<HybridHit>> {
-        if k == 0 {
-            return Err(Error::InvalidArgument("k must be at least 1".into()));
-        }
-        opts.validate()?;
-        let depth = opts.depth_for(k);
-        let ef = opts.vector_ef(k, ef);
-        let mut v = match filter {
-            None => self.search_in(snap, vector, depth, ef)?,
-            Some(f) => self.search_in_filtered(snap, vector, depth, ef, f)?.0,
-        };
-        let t = self.text_hits_in(snap, query, depth, filter)?;
-        // The text leg's hits are live and pass the filter: their exact vector distances.
         let q = AlignedVector::new(&prepare_vector(self.metric, self.dims as usize, vector)?);
         let view = View::new(self, snap);
         let mut buf = Vec::new();
-        crate::text::complete_vector_leg(&mut v, &t, depth, |slot| {
-            let v = view.exact_vector(slot)?;
-            Some(self.dist.exact(&q, v, &mut buf))
-        });
-        Ok(crate::text::hybrid(&v, &to_text_hits(&t), opts, k))
+        crate::text::search_hybrid(
+            k,
+            ef,
+            opts,
+            |depth, ef| match filter {
+                None => self.search_in(snap, vector, depth, ef),
+                Some(f) => Ok(self.search_in_filtered(snap, vector, depth, ef, f)?.0),
+            },
+            |depth| self.text_hits_in(snap, query, depth, filter),
+            |slot| {
+                let v = view.exact_vector(slot)?;
+                Some(self.dist.exact(&q, v, &mut buf))
+            },
+        )
     }
-}
-
-/// The hits as the public type (without their slots).
-fn to_text_hits(hits: &[crate::text::Scored]) -> Vec<TextHit> {
-    hits.iter()
-        .map(|h| TextHit {
-            id: h.id,
-            score: h.score,
-        })
-        .collect()
 }

@@ -188,6 +188,16 @@ pub struct Scored {
     pub score: f32,
 }
 
+impl Scored {
+    /// The hit as the public type (without its slot).
+    pub fn hit(&self) -> TextHit {
+        TextHit {
+            id: self.id,
+            score: self.score,
+        }
+    }
+}
+
 /// Reusable memory of text searches: a score per slot and the slots touched.
 #[derive(Debug, Default)]
 pub struct TextScratch {
@@ -602,7 +612,7 @@ pub const DEFAULT_DEPTH: usize = 50;
 /// scored here for a few microseconds. On pypi-minilm's known-item queries the hybrid MRR@10
 /// at ef 64 went from 0.732 to 0.766, the exact legs' 0.766
 /// (docs/decisions/0005-hybrid-vector-leg-completed.md).
-pub fn complete_vector_leg(
+fn complete_vector_leg(
     vector: &mut Vec<crate::query::Neighbor>,
     text: &[Scored],
     depth: usize,
@@ -621,6 +631,31 @@ pub fn complete_vector_leg(
     }
     vector.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.id.cmp(&b.id)));
     vector.truncate(depth);
+}
+
+/// One hybrid search of `k` over the legs a handle provides (the writer's publication or a
+/// reader's snapshot, so both legs see one state): `vector_leg(depth, ef)` (filtered when the
+/// search is), `text_leg(depth)`, and `distance(slot)`, the exact vector distance of a text
+/// hit, which completes the vector leg ([`complete_vector_leg`]); then fusion.
+pub fn search_hybrid(
+    k: usize,
+    ef: usize,
+    opts: &HybridOptions,
+    vector_leg: impl FnOnce(usize, usize) -> Result<Vec<crate::query::Neighbor>>,
+    text_leg: impl FnOnce(usize) -> Result<Vec<Scored>>,
+    distance: impl FnMut(u32) -> Option<f32>,
+) -> Result<Vec<HybridHit>> {
+    if k == 0 {
+        return Err(Error::InvalidArgument("k must be at least 1".into()));
+    }
+    opts.validate()?;
+    let depth = opts.depth_for(k);
+    let mut v = vector_leg(depth, opts.vector_ef(k, ef))?;
+    let t = text_leg(depth)?;
+    // The text leg's hits are live and pass the filter: their exact vector distances.
+    complete_vector_leg(&mut v, &t, depth, distance);
+    let t: Vec<TextHit> = t.iter().map(Scored::hit).collect();
+    Ok(hybrid(&v, &t, opts, k))
 }
 
 /// How a hybrid search runs its legs and fuses them.
