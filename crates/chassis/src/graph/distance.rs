@@ -1038,6 +1038,38 @@ mod tests {
         }
     }
 
+    /// Fails if a half-float kernel (one vector or a batch) mislays a value at some length:
+    /// the 64-value steps, the 16-value steps and the scalar tail all meet the reference.
+    #[test]
+    fn walking_half_floats_scores_their_values_at_every_length() {
+        use crate::format::vector::{from_f16, to_f16};
+        for metric in [Metric::L2Squared, Metric::Cosine, Metric::InnerProduct] {
+            for level in SimdLevel::available() {
+                let d = Distance::with_level(metric, level);
+                for n in (0..40).chain([63, 64, 65, 127, 128, 255, 256, 257, 384, 1536]) {
+                    let a = data(n, 5);
+                    let vs: Vec<Vec<u16>> = (0..9)
+                        .map(|j| data(n, 300 + j).iter().map(|&x| to_f16(x)).collect())
+                        .collect();
+                    let refs: Vec<VectorRef> = vs.iter().map(|h| VectorRef::F16(h)).collect();
+                    let mut out = vec![f32::NAN; refs.len()];
+                    d.walk_many(&a, &refs, &mut out);
+                    for (j, (h, r)) in vs.iter().zip(&refs).enumerate() {
+                        let wide: Vec<f32> = h.iter().map(|&x| from_f16(x)).collect();
+                        let want = reference::distance(metric, &a, &wide);
+                        let tol = 1e-4 * want.abs().max(1.0) * (n as f32).sqrt().max(1.0);
+                        let one = d.walk(&a, *r);
+                        assert!(
+                            (one - want).abs() <= tol && (out[j] - want).abs() <= tol,
+                            "{metric:?} {level:?} n={n} j={j}: {one} / {} vs {want}",
+                            out[j]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn identical_vectors_are_at_distance_zero() {
         let a = data(384, 7);

@@ -198,40 +198,75 @@ fn widen512(h: __m256i) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
 }
 
-/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the high halves `h` (at least `a.len()` of them).
+/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the sixteen-bit values `h` (at least `a.len()` of them):
+/// high halves of split vectors, or with `F16` IEEE half floats (`vcvtph2ps`), each widened
+/// exactly to f32 as it is loaded. Four accumulators in registers, 64 values a step: one
+/// pair of vectors is a chain of dependent FMAs, and two accumulators (indexed by the step's
+/// parity, which kept them in memory) made it the build's hottest function at 1,536
+/// dimensions (its neighbor selection scores stored vectors one pair at a time).
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
-unsafe fn halves_avx512<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
+unsafe fn sixteen_bit_avx512<const L2: bool, const F16: bool>(a: &[f32], h: &[u16]) -> f32 {
     let n = a.len().min(h.len());
     let (pa, ph) = (a.as_ptr(), h.as_ptr());
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: the loop condition keeps these 16-element loads inside both slices.
-        let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
-        // SAFETY: as above (16 u16 = 32 bytes).
-        let y = widen512(unsafe { _mm256_loadu_si256(ph.add(i).cast()) });
-        let k = (i / 16) % 2;
-        acc[k] = if L2 {
-            let d = _mm512_sub_ps(x, y);
-            _mm512_fmadd_ps(d, d, acc[k])
+    let widen = |v: __m256i| {
+        if F16 {
+            _mm512_cvtph_ps(v)
         } else {
-            _mm512_fmadd_ps(x, y, acc[k])
+            widen512(v)
+        }
+    };
+    let step = |acc: __m512, i: usize| {
+        // SAFETY: callers keep i + 16 <= n, so these 16-element loads are inside both
+        // slices (16 u16 = 32 bytes).
+        let (x, y) = unsafe {
+            (
+                _mm512_loadu_ps(pa.add(i)),
+                widen(_mm256_loadu_si256(ph.add(i).cast())),
+            )
         };
+        if L2 {
+            let d = _mm512_sub_ps(x, y);
+            _mm512_fmadd_ps(d, d, acc)
+        } else {
+            _mm512_fmadd_ps(x, y, acc)
+        }
+    };
+    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+    );
+    let mut i = 0;
+    while i + 64 <= n {
+        acc0 = step(acc0, i);
+        acc1 = step(acc1, i + 16);
+        acc2 = step(acc2, i + 32);
+        acc3 = step(acc3, i + 48);
+        i += 64;
+    }
+    while i + 16 <= n {
+        acc0 = step(acc0, i);
         i += 16;
     }
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    let sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
+    let mut s = _mm512_reduce_add_ps(sum);
     while i < n {
-        let (x, y) = (a[i], super::high_value(h[i]));
+        let (x, y) = if F16 {
+            (a[i], crate::format::vector::from_f16(h[i]))
+        } else {
+            (a[i], super::high_value(h[i]))
+        };
         s += if L2 { (x - y) * (x - y) } else { x * y };
         i += 1;
     }
     s
 }
 
-/// As `halves_avx512`, with 256-bit vectors.
+/// As `sixteen_bit_avx512` over high halves, with 256-bit vectors.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -356,41 +391,7 @@ unsafe fn halves_batch_avx2<const L2: bool>(
     out
 }
 
-/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the binary16 values `h` (at least `a.len()` of them), each
-/// widened exactly to f32 as it is loaded (`vcvtph2ps`).
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[target_feature(enable = "avx512f")]
-unsafe fn f16_avx512<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
-    let n = a.len().min(h.len());
-    let (pa, ph) = (a.as_ptr(), h.as_ptr());
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: the loop condition keeps these 16-element loads inside both slices.
-        let x = unsafe { _mm512_loadu_ps(pa.add(i)) };
-        // SAFETY: as above (16 u16 = 32 bytes).
-        let y = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(ph.add(i).cast()) });
-        let k = (i / 16) % 2;
-        acc[k] = if L2 {
-            let d = _mm512_sub_ps(x, y);
-            _mm512_fmadd_ps(d, d, acc[k])
-        } else {
-            _mm512_fmadd_ps(x, y, acc[k])
-        };
-        i += 16;
-    }
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
-    while i < n {
-        let (x, y) = (a[i], crate::format::vector::from_f16(h[i]));
-        s += if L2 { (x - y) * (x - y) } else { x * y };
-        i += 1;
-    }
-    s
-}
-
-/// As `f16_avx512`, with 256-bit vectors (F16C widens eight halves at a time).
+/// As `sixteen_bit_avx512` over half floats, with 256-bit vectors (F16C widens eight halves at a time).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -434,7 +435,7 @@ unsafe fn f16_avx2<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
     s
 }
 
-/// As `f16_avx512`, [`BATCH_WIDTH`] vectors side by side (one load of `a` feeds them all).
+/// As `sixteen_bit_avx512` over half floats, [`BATCH_WIDTH`] vectors side by side (one load of `a` feeds them all).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and every `h[j]` must be at least `a.len()` long.
@@ -746,12 +747,12 @@ pub(super) fn dot_codes_avx2(
 
 pub(super) fn l2sq_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { halves_avx512::<true>(a, h) }
+    unsafe { sixteen_bit_avx512::<true, false>(a, h) }
 }
 
 pub(super) fn one_minus_dot_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { halves_avx512::<false>(a, h) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, false>(a, h) }
 }
 
 pub(super) fn l2sq_halves_avx2(a: &[f32], h: &[u16]) -> f32 {
@@ -795,12 +796,12 @@ pub(super) fn one_minus_dot_halves_batch_avx2(
 
 pub(super) fn l2sq_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { f16_avx512::<true>(a, h) }
+    unsafe { sixteen_bit_avx512::<true, true>(a, h) }
 }
 
 pub(super) fn one_minus_dot_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { f16_avx512::<false>(a, h) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, true>(a, h) }
 }
 
 pub(super) fn l2sq_f16_avx2(a: &[f32], h: &[u16]) -> f32 {
