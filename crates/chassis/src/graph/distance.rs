@@ -207,6 +207,9 @@ type HalvesKernel = fn(&[f32], &[u16]) -> f32;
 
 type HalvesBatchKernel = fn(&[f32], [&[u16]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
 
+/// A kernel between two stored vectors of sixteen-bit values (high halves, or half floats).
+type PairKernel = fn(&[u16], &[u16]) -> f32;
+
 /// Σ qⱼ·v̂ⱼ or Σ (qⱼ − v̂ⱼ)² to the codes of [`BATCH_WIDTH`] vectors, v̂ⱼ = loⱼ + sⱼ·cⱼ:
 /// (query, lo, step, codes); each code at least `query.len()` long.
 type CodesKernel = fn(&[f32], &[f32], &[f32], [&[u8]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
@@ -231,6 +234,10 @@ pub struct Distance {
     /// Half-precision vectors (F16C or AVX-512F widening; portable without).
     f16: HalvesKernel,
     f16_batch: Option<HalvesBatchKernel>,
+    /// Between two split vectors' high halves, and between two half-float vectors; None
+    /// where decoding one of them first is as good (below AVX-512).
+    halves_pair: Option<PairKernel>,
+    f16_pair: Option<PairKernel>,
     codes: CodesKernel,
     code: CodeKernel,
     /// None where the CPU lacks AVX2 (the f32 code kernels serve).
@@ -335,6 +342,26 @@ impl Distance {
             (_, SimdLevel::Avx512) => Some(x86::one_minus_dot_f16_batch_avx512),
             _ => None,
         };
+        let (halves_pair, f16_pair): (Option<PairKernel>, Option<PairKernel>) =
+            match (metric, level) {
+                #[cfg(target_arch = "x86_64")]
+                (Metric::L2Squared, SimdLevel::Avx512) => (
+                    Some(x86::l2sq_halves_pair_avx512),
+                    Some(x86::l2sq_f16_pair_avx512),
+                ),
+                // High halves are bfloat16 values: AVX-512 BF16 multiplies them as they are.
+                #[cfg(target_arch = "x86_64")]
+                (_, SimdLevel::Avx512) if std::arch::is_x86_feature_detected!("avx512bf16") => (
+                    Some(x86::one_minus_dot_bf16_pair_avx512),
+                    Some(x86::one_minus_dot_f16_pair_avx512),
+                ),
+                #[cfg(target_arch = "x86_64")]
+                (_, SimdLevel::Avx512) => (
+                    Some(x86::one_minus_dot_halves_pair_avx512),
+                    Some(x86::one_minus_dot_f16_pair_avx512),
+                ),
+                _ => (None, None),
+            };
         let codes: CodesKernel = match (metric, level) {
             #[cfg(target_arch = "x86_64")]
             (Metric::L2Squared, SimdLevel::Avx2Fma) => x86::l2sq_codes_avx2,
@@ -386,6 +413,8 @@ impl Distance {
             halves_batch,
             f16,
             f16_batch,
+            halves_pair,
+            f16_pair,
             codes,
             code,
             integer,
@@ -450,6 +479,44 @@ impl Distance {
             }),
             VectorRef::Code(c, book) => self.finish_code((self.code)(q, book.lo(), book.step(), c)),
         }
+    }
+
+    /// Whether [`Distance::between`] scores `v` against a stored vector of its own kind
+    /// without decoding it: a split vector walked by its high halves, or a half-float one,
+    /// where this CPU has the pair kernels. Otherwise a caller decodes `v` once and walks
+    /// from it ([`Distance::walk`]), which is what `between` does for it.
+    #[inline]
+    pub fn pairs_directly(&self, v: VectorRef<'_>) -> bool {
+        match v {
+            VectorRef::Split(_) => self.halves_pair.is_some(),
+            VectorRef::F16(_) => self.f16_pair.is_some(),
+            _ => false,
+        }
+    }
+
+    /// The walking distance between two stored vectors, as neighbor selection compares
+    /// them: for two split vectors, between their high halves (each within 2⁻⁷ of its value,
+    /// relatively, as [`Distance::walk`] takes one side); for two half-float vectors,
+    /// between their values; otherwise from `a` decoded exactly to `b` by [`Distance::walk`].
+    pub fn between(&self, a: VectorRef<'_>, b: VectorRef<'_>) -> f32 {
+        match (a, b) {
+            (VectorRef::Split(x), VectorRef::Split(y)) if x.len() == y.len() => {
+                if let Some(pair) = self.halves_pair {
+                    return pair(&x[..x.len() / 2], &y[..y.len() / 2]);
+                }
+            }
+            (VectorRef::F16(x), VectorRef::F16(y)) if x.len() == y.len() => {
+                if let Some(pair) = self.f16_pair {
+                    return pair(x, y);
+                }
+            }
+            _ => {}
+        }
+        DECODED.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            a.decode_into(&mut buf);
+            self.walk(&buf, b)
+        })
     }
 
     /// A code kernel's sum as a distance.
@@ -677,6 +744,8 @@ thread_local! {
     static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A split vector joined for [`Distance::walk`] in a file walked exactly.
     static JOINED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// One side of [`Distance::between`] decoded (not `JOINED`: the walk may take that).
+    static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `group` as f32 slices at least `n` long, padded with its last one; `None` if any is not.
@@ -1033,6 +1102,55 @@ mod tests {
                         assert!((got - exact).abs() <= tol, "exact {got} vs {exact}");
                         assert_eq!(d.exact(&a, VectorRef::F32(v), &mut buf), d.eval(&a, v));
                     }
+                }
+            }
+        }
+    }
+
+    /// Fails if a pair kernel (two split vectors' high halves, bfloat16 products included, or
+    /// two half-float vectors) mislays a value at some length, or if `between` on any other
+    /// pair differs from decoding one side and walking to the other.
+    #[test]
+    fn between_two_stored_vectors_matches_the_reference_at_every_length() {
+        use crate::format::vector::{from_f16, to_f16};
+        for metric in [Metric::L2Squared, Metric::Cosine, Metric::InnerProduct] {
+            for level in SimdLevel::available() {
+                let d = Distance::with_level(metric, level);
+                for n in (0..40).chain([63, 64, 65, 127, 128, 129, 255, 256, 384, 1536]) {
+                    let (a, b) = (data(n, 11), data(n, 12));
+                    let tol = |want: f32| 1e-4 * want.abs().max(1.0) * (n as f32).sqrt().max(1.0);
+                    let high = |v: &[f32]| -> Vec<f32> {
+                        v.iter()
+                            .map(|x| f32::from_bits(x.to_bits() & 0xFFFF_0000))
+                            .collect()
+                    };
+                    let (sa, sb) = (split(&a), split(&b));
+                    let got = d.between(VectorRef::Split(&sa), VectorRef::Split(&sb));
+                    let want = reference::distance(metric, &high(&a), &high(&b));
+                    let direct = d.pairs_directly(VectorRef::Split(&sa));
+                    // Without a pair kernel, one side is decoded exactly.
+                    let want = if direct {
+                        want
+                    } else {
+                        reference::distance(metric, &a, &high(&b))
+                    };
+                    assert!(
+                        (got - want).abs() <= tol(want),
+                        "{metric:?} {level:?} n={n} split: {got} vs {want}"
+                    );
+                    let (ha, hb): (Vec<u16>, Vec<u16>) = (
+                        a.iter().map(|&x| to_f16(x)).collect(),
+                        b.iter().map(|&x| to_f16(x)).collect(),
+                    );
+                    let wide = |h: &[u16]| -> Vec<f32> { h.iter().map(|&x| from_f16(x)).collect() };
+                    let got = d.between(VectorRef::F16(&ha), VectorRef::F16(&hb));
+                    let want = reference::distance(metric, &wide(&ha), &wide(&hb));
+                    assert!(
+                        (got - want).abs() <= tol(want),
+                        "{metric:?} {level:?} n={n} f16: {got} vs {want}"
+                    );
+                    let got = d.between(VectorRef::F32(&a), VectorRef::Split(&sb));
+                    assert_eq!(got, d.walk(&a, VectorRef::Split(&sb)));
                 }
             }
         }

@@ -769,13 +769,29 @@ pub fn search_within<S: GraphStore, F: Fn(u32) -> bool>(
     Some(walked.finish(store, dist, q, k, scratch))
 }
 
+/// The shortest vectors whose neighbor selection compares stored vectors by pair kernels
+/// ([`select_neighbors`]), as [`distance::BATCH_MIN_DIMS`] for batches: below it decoding a
+/// candidate costs little, and a 16-d golden file's graph rebuilt with pair distances
+/// (bfloat16 on both sides, where a short vector's few values average out no rounding)
+/// trapped one of its queries at ef 128.
+pub const PAIR_MIN_DIMS: usize = distance::BATCH_MIN_DIMS;
+
 /// The neighbor-selection heuristic (algorithm 4, without extending or keeping pruned
-/// candidates): walk `candidates` nearest first and keep one only if it is nearer to the base
-/// than to every neighbor kept so far, until `m` are kept. Fewer than `m` candidates are all
-/// kept, as in hnswlib.
+/// candidates): walk `candidates` (of the slot `base`, nearest first) and keep one only if it
+/// is nearer to the base than to every neighbor kept so far, until `m` are kept. Fewer than
+/// `m` candidates are all kept, as in hnswlib.
+///
+/// Where the CPU has a pair kernel for the stored vectors ([`Distance::between`]), both sides
+/// of each comparison are distances between two stored vectors, the candidate's to the base
+/// included (recomputed so): no candidate is decoded, and the comparison stays like with
+/// like. Against a candidate's distance from the search (the base's exact values to the
+/// candidate's high halves), pair distances carry a bias of their own (both sides' halves
+/// truncated): cosine ones about 0.003 too far at distance 0.04, which kept candidates that
+/// should have been pruned. Below [`PAIR_MIN_DIMS`] the candidate is decoded as before.
 pub fn select_neighbors<S: GraphStore>(
     store: &S,
     dist: &Distance,
+    base: u32,
     candidates: &[Scored],
     m: usize,
     scratch: &mut Scratch,
@@ -783,6 +799,9 @@ pub fn select_neighbors<S: GraphStore>(
     if candidates.len() <= m {
         return candidates.to_vec();
     }
+    let base = store
+        .vector(base)
+        .filter(|&b| b.dims() >= PAIR_MIN_DIMS && dist.pairs_directly(b));
     let mut kept: Vec<Scored> = Vec::with_capacity(m);
     let mut cv = Vec::new();
     for &c in candidates {
@@ -792,14 +811,29 @@ pub fn select_neighbors<S: GraphStore>(
         let Some(v) = store.vector(c.slot) else {
             continue;
         };
-        v.decode_into(&mut cv);
-        let good = kept.iter().all(|k| match store.vector(k.slot) {
-            Some(kv) => {
+        let good = match base {
+            Some(b) if dist.pairs_directly(v) => {
                 scratch.distance_count += 1;
-                dist.walk(&cv, kv) >= c.distance
+                let to_base = dist.between(b, v);
+                kept.iter().all(|k| match store.vector(k.slot) {
+                    Some(kv) => {
+                        scratch.distance_count += 1;
+                        dist.between(v, kv) >= to_base
+                    }
+                    None => true,
+                })
             }
-            None => true,
-        });
+            _ => {
+                v.decode_into(&mut cv);
+                kept.iter().all(|k| match store.vector(k.slot) {
+                    Some(kv) => {
+                        scratch.distance_count += 1;
+                        dist.walk(&cv, kv) >= c.distance
+                    }
+                    None => true,
+                })
+            }
+        };
         if good {
             kept.push(c);
         }
@@ -943,7 +977,7 @@ fn link<S: GraphStore>(
         .filter(|&n| n < r && n != from);
     score_into(store, dist, &fv, old, &mut cands, scratch);
     cands.sort_unstable();
-    let kept = select_neighbors(store, dist, &cands, params.capacity(layer), scratch);
+    let kept = select_neighbors(store, dist, from, &cands, params.capacity(layer), scratch);
     let mut keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();
     if layer == 0 {
         keep_supporting(
@@ -1046,7 +1080,7 @@ pub fn insert<S: GraphStore>(
         } else {
             params.capacity(layer)
         };
-        let selected = select_neighbors(store, dist, &found, want, scratch);
+        let selected = select_neighbors(store, dist, slot, &found, want, scratch);
         // The new node's own list first (on an empty list this fills its words in order),
         // then the backlinks.
         for s in &selected {
@@ -1105,7 +1139,7 @@ pub fn reconnect<S: GraphStore>(
         |s| s != slot,
         scratch,
     );
-    let selected = select_neighbors(store, dist, &found, params.m, scratch);
+    let selected = select_neighbors(store, dist, slot, &found, params.m, scratch);
     for s in &selected {
         link(
             store, dist, params, s.slot, slot, s.distance, 0, ep, None, scratch,

@@ -266,6 +266,130 @@ unsafe fn sixteen_bit_avx512<const L2: bool, const F16: bool>(a: &[f32], h: &[u1
     s
 }
 
+/// Σ aᵢ·bᵢ or Σ (aᵢ − bᵢ)² between two vectors of sixteen-bit values, both widened exactly
+/// to f32 as they are loaded (high halves, or with `F16` half floats): the distance between
+/// two stored vectors without decoding either, as neighbor selection compares them.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn sixteen_bit_pair_avx512<const L2: bool, const F16: bool>(a: &[u16], b: &[u16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let widen = |v: __m256i| {
+        if F16 {
+            _mm512_cvtph_ps(v)
+        } else {
+            widen512(v)
+        }
+    };
+    let step = |acc: __m512, i: usize| {
+        // SAFETY: callers keep i + 16 <= n, so these 16-element loads (32 bytes) are inside
+        // both slices.
+        let (x, y) = unsafe {
+            (
+                widen(_mm256_loadu_si256(pa.add(i).cast())),
+                widen(_mm256_loadu_si256(pb.add(i).cast())),
+            )
+        };
+        if L2 {
+            let d = _mm512_sub_ps(x, y);
+            _mm512_fmadd_ps(d, d, acc)
+        } else {
+            _mm512_fmadd_ps(x, y, acc)
+        }
+    };
+    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+    );
+    let mut i = 0;
+    while i + 64 <= n {
+        acc0 = step(acc0, i);
+        acc1 = step(acc1, i + 16);
+        acc2 = step(acc2, i + 32);
+        acc3 = step(acc3, i + 48);
+        i += 64;
+    }
+    while i + 16 <= n {
+        acc0 = step(acc0, i);
+        i += 16;
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
+    let mut s = _mm512_reduce_add_ps(sum);
+    let value = |h: u16| {
+        if F16 {
+            crate::format::vector::from_f16(h)
+        } else {
+            super::high_value(h)
+        }
+    };
+    while i < n {
+        let (x, y) = (value(a[i]), value(b[i]));
+        s += if L2 { (x - y) * (x - y) } else { x * y };
+        i += 1;
+    }
+    s
+}
+
+/// Σ aᵢ·bᵢ between two vectors' high halves, which are bfloat16 values: AVX-512 BF16's
+/// `vdpbf16ps` multiplies 32 pairs an instruction and adds them into f32 lanes (denormals
+/// flushed to zero), where widening both sides first takes five instructions per 16.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512 BF16.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dot_bf16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let step = |acc: __m512, i: usize| {
+        // SAFETY: callers keep i + 32 <= n, so these 32-element loads (64 bytes) are inside
+        // both slices.
+        let (x, y) = unsafe {
+            (
+                _mm512_loadu_si512(pa.add(i).cast()),
+                _mm512_loadu_si512(pb.add(i).cast()),
+            )
+        };
+        // SAFETY: __m512i and __m512bh are both 64 bytes of plain lanes with no invalid bit
+        // patterns; the bits are reinterpreted as 32 bfloat16 values, which they are.
+        let (x, y) = unsafe {
+            (
+                std::mem::transmute::<__m512i, __m512bh>(x),
+                std::mem::transmute::<__m512i, __m512bh>(y),
+            )
+        };
+        _mm512_dpbf16_ps(acc, x, y)
+    };
+    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+        _mm512_setzero_ps(),
+    );
+    let mut i = 0;
+    while i + 128 <= n {
+        acc0 = step(acc0, i);
+        acc1 = step(acc1, i + 32);
+        acc2 = step(acc2, i + 64);
+        acc3 = step(acc3, i + 96);
+        i += 128;
+    }
+    while i + 32 <= n {
+        acc0 = step(acc0, i);
+        i += 32;
+    }
+    let sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
+    let mut s = _mm512_reduce_add_ps(sum);
+    while i < n {
+        s += super::high_value(a[i]) * super::high_value(b[i]);
+        i += 1;
+    }
+    s
+}
+
 /// As `sixteen_bit_avx512` over high halves, with 256-bit vectors.
 ///
 /// # Safety
@@ -753,6 +877,32 @@ pub(super) fn l2sq_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
 pub(super) fn one_minus_dot_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
     1.0 - unsafe { sixteen_bit_avx512::<false, false>(a, h) }
+}
+
+pub(super) fn l2sq_halves_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    unsafe { sixteen_bit_pair_avx512::<true, false>(a, b) }
+}
+
+pub(super) fn one_minus_dot_halves_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    1.0 - unsafe { sixteen_bit_pair_avx512::<false, false>(a, b) }
+}
+
+/// Installed only where AVX-512 BF16 was detected (beside AVX-512F).
+pub(super) fn one_minus_dot_bf16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    // SAFETY: AVX-512F and AVX-512 BF16 were detected.
+    1.0 - unsafe { dot_bf16_pair_avx512(a, b) }
+}
+
+pub(super) fn l2sq_f16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    unsafe { sixteen_bit_pair_avx512::<true, true>(a, b) }
+}
+
+pub(super) fn one_minus_dot_f16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
+    // SAFETY: AVX-512F was detected.
+    1.0 - unsafe { sixteen_bit_pair_avx512::<false, true>(a, b) }
 }
 
 pub(super) fn l2sq_halves_avx2(a: &[f32], h: &[u16]) -> f32 {
