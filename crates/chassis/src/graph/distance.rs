@@ -235,7 +235,7 @@ pub struct Distance {
     f16: HalvesKernel,
     f16_batch: Option<HalvesBatchKernel>,
     /// Between two split vectors' high halves, and between two half-float vectors; None
-    /// where decoding one of them first is as good (below AVX-512).
+    /// where the CPU has no SIMD for them (portable: one side is decoded, then walked).
     halves_pair: Option<PairKernel>,
     f16_pair: Option<PairKernel>,
     codes: CodesKernel,
@@ -359,6 +359,16 @@ impl Distance {
                 (_, SimdLevel::Avx512) => (
                     Some(x86::one_minus_dot_halves_pair_avx512),
                     Some(x86::one_minus_dot_f16_pair_avx512),
+                ),
+                #[cfg(target_arch = "x86_64")]
+                (Metric::L2Squared, SimdLevel::Avx2Fma) if f16c => (
+                    Some(x86::l2sq_halves_pair_avx2),
+                    Some(x86::l2sq_f16_pair_avx2),
+                ),
+                #[cfg(target_arch = "x86_64")]
+                (_, SimdLevel::Avx2Fma) if f16c => (
+                    Some(x86::one_minus_dot_halves_pair_avx2),
+                    Some(x86::one_minus_dot_f16_pair_avx2),
                 ),
                 _ => (None, None),
             };
