@@ -198,84 +198,60 @@ fn widen512(h: __m256i) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
 }
 
-/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the sixteen-bit values `h` (at least `a.len()` of them):
-/// high halves of split vectors, or with `F16` IEEE half floats (`vcvtph2ps`), each widened
-/// exactly to f32 as it is loaded. Four accumulators in registers, 64 values a step: one
-/// pair of vectors is a chain of dependent FMAs, and two accumulators (indexed by the step's
-/// parity, which kept them in memory) made it the build's hottest function at 1,536
-/// dimensions (its neighbor selection scores stored vectors one pair at a time).
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[target_feature(enable = "avx512f")]
-unsafe fn sixteen_bit_avx512<const L2: bool, const F16: bool>(a: &[f32], h: &[u16]) -> f32 {
-    let n = a.len().min(h.len());
-    let (pa, ph) = (a.as_ptr(), h.as_ptr());
-    let widen = |v: __m256i| {
-        if F16 {
-            _mm512_cvtph_ps(v)
-        } else {
-            widen512(v)
-        }
-    };
-    let step = |acc: __m512, i: usize| {
-        // SAFETY: callers keep i + 16 <= n, so these 16-element loads are inside both
-        // slices (16 u16 = 32 bytes).
-        let (x, y) = unsafe {
-            (
-                _mm512_loadu_ps(pa.add(i)),
-                widen(_mm256_loadu_si256(ph.add(i).cast())),
-            )
-        };
-        if L2 {
-            let d = _mm512_sub_ps(x, y);
-            _mm512_fmadd_ps(d, d, acc)
-        } else {
-            _mm512_fmadd_ps(x, y, acc)
-        }
-    };
-    let (mut acc0, mut acc1, mut acc2, mut acc3) = (
-        _mm512_setzero_ps(),
-        _mm512_setzero_ps(),
-        _mm512_setzero_ps(),
-        _mm512_setzero_ps(),
-    );
-    let mut i = 0;
-    while i + 64 <= n {
-        acc0 = step(acc0, i);
-        acc1 = step(acc1, i + 16);
-        acc2 = step(acc2, i + 32);
-        acc3 = step(acc3, i + 48);
-        i += 64;
-    }
-    while i + 16 <= n {
-        acc0 = step(acc0, i);
-        i += 16;
-    }
-    let sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
-    let mut s = _mm512_reduce_add_ps(sum);
-    while i < n {
-        let (x, y) = if F16 {
-            (a[i], crate::format::vector::from_f16(h[i]))
-        } else {
-            (a[i], super::high_value(h[i]))
-        };
-        s += if L2 { (x - y) * (x - y) } else { x * y };
-        i += 1;
-    }
-    s
+/// The first operand of [`sixteen_bit_avx512`]: a query's f32 values, or a second stored
+/// vector's sixteen-bit values (of the same kind as the other operand's). The kernel is
+/// compiled once per kind (a trait's constant), so its loop never tests which.
+trait First: Copy {
+    const SIXTEEN: bool;
+    fn len(self) -> usize;
+    fn ptr(self) -> *const u8;
+    fn value(self, i: usize, f16: bool) -> f32;
 }
 
-/// Σ aᵢ·bᵢ or Σ (aᵢ − bᵢ)² between two vectors of sixteen-bit values, both widened exactly
-/// to f32 as they are loaded (high halves, or with `F16` half floats): the distance between
-/// two stored vectors without decoding either, as neighbor selection compares them.
+impl First for &[f32] {
+    const SIXTEEN: bool = false;
+    fn len(self) -> usize {
+        <[f32]>::len(self)
+    }
+    fn ptr(self) -> *const u8 {
+        self.as_ptr().cast()
+    }
+    fn value(self, i: usize, _: bool) -> f32 {
+        self[i]
+    }
+}
+
+impl First for &[u16] {
+    const SIXTEEN: bool = true;
+    fn len(self) -> usize {
+        <[u16]>::len(self)
+    }
+    fn ptr(self) -> *const u8 {
+        self.as_ptr().cast()
+    }
+    fn value(self, i: usize, f16: bool) -> f32 {
+        if f16 {
+            crate::format::vector::from_f16(self[i])
+        } else {
+            super::high_value(self[i])
+        }
+    }
+}
+
+/// Σ aᵢ·hᵢ or Σ (aᵢ − hᵢ)² over the sixteen-bit values `h` (at least as many as `a` holds):
+/// high halves of split vectors, or with `F16` IEEE half floats (`vcvtph2ps`), each widened
+/// exactly to f32 as it is loaded; `a` is f32, or sixteen-bit values widened the same way
+/// (the distance between two stored vectors without decoding either, as neighbor selection
+/// compares them). Four accumulators in registers, 64 values a step: one pair of vectors is
+/// a chain of dependent FMAs, and two accumulators (indexed by the step's parity, which kept
+/// them in memory) made it the build's hottest function at 1,536 dimensions.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
-unsafe fn sixteen_bit_pair_avx512<const L2: bool, const F16: bool>(a: &[u16], b: &[u16]) -> f32 {
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+unsafe fn sixteen_bit_avx512<const L2: bool, const F16: bool, A: First>(a: A, h: &[u16]) -> f32 {
+    let n = a.len().min(h.len());
+    let pa = a.ptr();
     let widen = |v: __m256i| {
         if F16 {
             _mm512_cvtph_ps(v)
@@ -283,14 +259,24 @@ unsafe fn sixteen_bit_pair_avx512<const L2: bool, const F16: bool>(a: &[u16], b:
             widen512(v)
         }
     };
+    let value = |x: u16| {
+        if F16 {
+            crate::format::vector::from_f16(x)
+        } else {
+            super::high_value(x)
+        }
+    };
+    let ph = h.as_ptr();
     let step = |acc: __m512, i: usize| {
-        // SAFETY: callers keep i + 16 <= n, so these 16-element loads (32 bytes) are inside
-        // both slices.
+        // SAFETY: callers keep i + 16 <= n, so these 16-element loads (64 bytes of f32, 32 of
+        // sixteen-bit values) are inside both slices.
         let (x, y) = unsafe {
-            (
-                widen(_mm256_loadu_si256(pa.add(i).cast())),
-                widen(_mm256_loadu_si256(pb.add(i).cast())),
-            )
+            let x = if A::SIXTEEN {
+                widen(_mm256_loadu_si256(pa.cast::<u16>().add(i).cast()))
+            } else {
+                _mm512_loadu_ps(pa.cast::<f32>().add(i))
+            };
+            (x, widen(_mm256_loadu_si256(ph.add(i).cast())))
         };
         if L2 {
             let d = _mm512_sub_ps(x, y);
@@ -319,15 +305,8 @@ unsafe fn sixteen_bit_pair_avx512<const L2: bool, const F16: bool>(a: &[u16], b:
     }
     let sum = _mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3));
     let mut s = _mm512_reduce_add_ps(sum);
-    let value = |h: u16| {
-        if F16 {
-            crate::format::vector::from_f16(h)
-        } else {
-            super::high_value(h)
-        }
-    };
     while i < n {
-        let (x, y) = (value(a[i]), value(b[i]));
+        let (x, y) = (a.value(i, F16), value(h[i]));
         s += if L2 { (x - y) * (x - y) } else { x * y };
         i += 1;
     }
@@ -559,7 +538,7 @@ unsafe fn f16_avx2<const L2: bool>(a: &[f32], h: &[u16]) -> f32 {
     s
 }
 
-/// As `sixteen_bit_pair_avx512`, with 256-bit vectors: four accumulators in named registers,
+/// As `sixteen_bit_avx512` between two stored vectors, with 256-bit vectors: four accumulators in named registers,
 /// 32 values a step.
 ///
 /// # Safety
@@ -940,22 +919,22 @@ pub(super) fn dot_codes_avx2(
 
 pub(super) fn l2sq_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { sixteen_bit_avx512::<true, false>(a, h) }
+    unsafe { sixteen_bit_avx512::<true, false, _>(a, h) }
 }
 
 pub(super) fn one_minus_dot_halves_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { sixteen_bit_avx512::<false, false>(a, h) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, false, _>(a, h) }
 }
 
 pub(super) fn l2sq_halves_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { sixteen_bit_pair_avx512::<true, false>(a, b) }
+    unsafe { sixteen_bit_avx512::<true, false, _>(a, b) }
 }
 
 pub(super) fn one_minus_dot_halves_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { sixteen_bit_pair_avx512::<false, false>(a, b) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, false, _>(a, b) }
 }
 
 /// Installed only where AVX-512 BF16 was detected (beside AVX-512F).
@@ -966,12 +945,12 @@ pub(super) fn one_minus_dot_bf16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
 
 pub(super) fn l2sq_f16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { sixteen_bit_pair_avx512::<true, true>(a, b) }
+    unsafe { sixteen_bit_avx512::<true, true, _>(a, b) }
 }
 
 pub(super) fn one_minus_dot_f16_pair_avx512(a: &[u16], b: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { sixteen_bit_pair_avx512::<false, true>(a, b) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, true, _>(a, b) }
 }
 
 // The AVX2 pair wrappers are installed only where AVX2, FMA and F16C were all detected.
@@ -1037,12 +1016,12 @@ pub(super) fn one_minus_dot_halves_batch_avx2(
 
 pub(super) fn l2sq_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    unsafe { sixteen_bit_avx512::<true, true>(a, h) }
+    unsafe { sixteen_bit_avx512::<true, true, _>(a, h) }
 }
 
 pub(super) fn one_minus_dot_f16_avx512(a: &[f32], h: &[u16]) -> f32 {
     // SAFETY: AVX-512F was detected.
-    1.0 - unsafe { sixteen_bit_avx512::<false, true>(a, h) }
+    1.0 - unsafe { sixteen_bit_avx512::<false, true, _>(a, h) }
 }
 
 pub(super) fn l2sq_f16_avx2(a: &[f32], h: &[u16]) -> f32 {
