@@ -292,7 +292,7 @@ impl GraphStore for View<'_> {
     fn routing_count(&self) -> u32 {
         self.routing
     }
-    #[inline]
+    #[inline(always)]
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         // Committed slots are walked by their codes once the header names a codebook; a hint
         // slot (at or past N) by its vector, copied out.
@@ -341,7 +341,7 @@ impl GraphStore for View<'_> {
             self.reader.dims,
         )?))
     }
-    #[inline]
+    #[inline(always)]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
         let at = layout.vectors_at + off * self.snap.file.layout.vector_bytes(self.reader.dims);
