@@ -316,6 +316,7 @@ fn prefetch_walk(v: VectorRef<'_>) {
 /// waiting on memory in turn. Leaves the slots and their distances in `chunk` and returns how
 /// many there are; adds that count to `count`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn score_chunk<'s, S: GraphStore>(
     store: &'s S,
     dist: &Distance,
