@@ -1199,8 +1199,19 @@ unsafe fn integer_codes_avx512<const INT4: bool, const L2: bool>(
     w: &CodedQuery,
     c: [&[u8]; BATCH_WIDTH],
 ) -> [f32; BATCH_WIDTH] {
-    // SAFETY: the caller's contract, code by code.
-    c.map(|code| unsafe { integer_code_avx512::<INT4, L2>(w, code.as_ptr()) })
+    // A group shorter than BATCH_WIDTH comes padded with its last code repeated
+    // (`codes_group`): the same bytes give the same sum, so a repeat is copied, not scored
+    // again (pypi-minilm, f16 with int4 codes, ef 48: 1 to 2% more queries a second).
+    let mut out = [0f32; BATCH_WIDTH];
+    for j in 0..BATCH_WIDTH {
+        out[j] = if j > 0 && std::ptr::eq(c[j].as_ptr(), c[j - 1].as_ptr()) {
+            out[j - 1]
+        } else {
+            // SAFETY: the caller's contract, code by code.
+            unsafe { integer_code_avx512::<INT4, L2>(w, c[j].as_ptr()) }
+        };
+    }
+    out
 }
 
 /// The integer sums of `W` codes for a prepared query with AVX2: the sums of
