@@ -1,0 +1,703 @@
+//! A study for issue 37's last lever (fewer cache lines per hop): how fast one walker goes over
+//! the same graph when the codes it walks by are smaller, or stored beside each neighbor list.
+//! Nothing here is in the file format; it decides what the format should get (its findings:
+//! docs/decisions/0008).
+//!
+//! Opens a Chassis file of pypi-minilm (f32 vectors, built in row order, so slot = row; built
+//! here if missing), copies its graph into flat arrays, and walks it with one walker (greedy
+//! descent by exact distances, then a layer-0 beam by code estimates, then the `rr` nearest
+//! estimates ranked exactly by f32) over these layouts of the walk's codes:
+//!
+//! - `int4`: today's codes (four bits a dimension, a trained range per dimension, 192 bytes at
+//!   384 dimensions: three cache lines), in an array by slot: one random read per neighbor;
+//! - `int4-lists`: the same codes stored beside each node's level-0 list (32 neighbors' codes
+//!   after the 32 words), read from the node's block: no read elsewhere per neighbor;
+//! - `bit1`: one bit a dimension (above or below the dimension's mean; each side stands for its
+//!   own mean), 48 bytes: one cache line, in an array by slot;
+//! - `bit1-lists`: the bits beside each node's list (1,664 bytes a node);
+//! - `int4-gateM`: the `bit1-lists` estimate decides which neighbors' int4 codes are read at
+//!   all (skipped when more than M past the full beam's bound), the rest scored by int4.
+//!
+//! Each layout's estimate is scored by byte products (AVX-512 VNNI) of the code and the query's
+//! weights quantized to bytes; codes are prefetched as the library prefetches vectors
+//! (`CHASSIS_PREFETCH_L1_LINES` lines into L1, default 1, the rest into L2). Rounds alternate
+//! the variants (the first a warm-up); the report gives median QPS, recall@10, hops and codes
+//! per query per (ef, rr), and each variant's best QPS at recall ≥ 0.95.
+//!
+//! ```text
+//! cargo build --release --manifest-path bench/Cargo.toml --bin walk_codes
+//! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5]
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use chassis::graph::{GraphStore, VectorRef, EMPTY};
+use chassis::{Index, IndexReader, Metric, Options, VectorLayout};
+use chassis_bench::{advise_huge, pypi_minilm, read_fvecs, read_ivecs};
+
+const M0: usize = 32;
+
+/// Bytes of one node's block in the `bit1-lists` layout: its words, then its neighbors' codes.
+fn block_bytes(code: usize) -> usize {
+    (4 * M0 + M0 * code).div_ceil(64) * 64
+}
+
+struct Graph {
+    n: usize,
+    dims: usize,
+    level0: Vec<u32>,
+    upper: Vec<Vec<Vec<u32>>>,
+    vectors: Vec<f32>,
+    entry: u32,
+    top: usize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    Int4,
+    Int4Lists,
+    Bit1,
+    Bit1Lists,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Int4 => "int4",
+            Layout::Int4Lists => "int4-lists",
+            Layout::Bit1 => "bit1",
+            Layout::Bit1Lists => "bit1-lists",
+        }
+    }
+
+    fn int4(self) -> bool {
+        matches!(self, Layout::Int4 | Layout::Int4Lists)
+    }
+
+    /// Codes stored beside each node's list rather than by slot.
+    fn lists(self) -> bool {
+        matches!(self, Layout::Int4Lists | Layout::Bit1Lists)
+    }
+}
+
+/// The trained quantizer of a layout: per dimension the value a code 0 stands for and the step.
+struct Codes {
+    layout: Layout,
+    /// Bytes of one code (a multiple of 64 is not needed: loads are masked).
+    bytes: usize,
+    lo: Vec<f32>,
+    step: Vec<f32>,
+    /// By slot (`int4`, `bit1`), or one block per node (`bit1-lists`).
+    data: Vec<u8>,
+}
+
+fn train(g: &Graph, layout: Layout) -> Codes {
+    let (n, d) = (g.n, g.dims);
+    let row = |i: usize| &g.vectors[i * d..(i + 1) * d];
+    let (mut lo, mut step) = (vec![0f32; d], vec![0f32; d]);
+    let mut thresh = vec![0f32; d];
+    match layout {
+        Layout::Int4 | Layout::Int4Lists => {
+            for j in 0..d {
+                let (mut a, mut b) = (f32::MAX, f32::MIN);
+                for i in 0..n {
+                    a = a.min(row(i)[j]);
+                    b = b.max(row(i)[j]);
+                }
+                lo[j] = a;
+                step[j] = ((b - a) / 15.0).max(f32::MIN_POSITIVE);
+            }
+        }
+        Layout::Bit1 | Layout::Bit1Lists => {
+            for j in 0..d {
+                let mean = (0..n).map(|i| f64::from(row(i)[j])).sum::<f64>() / n as f64;
+                let (mut up, mut nu, mut dn, mut nd) = (0f64, 0usize, 0f64, 0usize);
+                for i in 0..n {
+                    let v = f64::from(row(i)[j]);
+                    if v >= mean {
+                        up += v;
+                        nu += 1;
+                    } else {
+                        dn += v;
+                        nd += 1;
+                    }
+                }
+                let (up, dn) = (up / nu.max(1) as f64, dn / nd.max(1) as f64);
+                thresh[j] = mean as f32;
+                lo[j] = dn as f32;
+                step[j] = (up - dn) as f32;
+            }
+        }
+    }
+    let bytes = if layout.int4() {
+        d.div_ceil(2)
+    } else {
+        d.div_ceil(8)
+    };
+    let encode = |i: usize, out: &mut [u8]| {
+        let v = row(i);
+        for j in 0..d {
+            match layout {
+                Layout::Int4 | Layout::Int4Lists => {
+                    let c = ((v[j] - lo[j]) / step[j]).round().clamp(0.0, 15.0) as u8;
+                    out[j / 2] |= c << (4 * (j % 2));
+                }
+                _ => {
+                    if v[j] >= thresh[j] {
+                        out[j / 8] |= 1 << (j % 8);
+                    }
+                }
+            }
+        }
+    };
+    let mut data;
+    if layout.lists() {
+        let bb = block_bytes(bytes);
+        data = vec![0u8; n * bb + 64];
+        advise_huge(&data);
+        for c in 0..n {
+            let block = &mut data[c * bb..(c + 1) * bb];
+            for (i, &w) in g.level0[c * M0..(c + 1) * M0].iter().enumerate() {
+                block[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+                if w != EMPTY {
+                    let at = 4 * M0 + i * bytes;
+                    encode(w as usize, &mut block[at..at + bytes]);
+                }
+            }
+        }
+    } else {
+        data = vec![0u8; n * bytes + 64];
+        advise_huge(&data);
+        for i in 0..n {
+            encode(i, &mut data[i * bytes..(i + 1) * bytes]);
+        }
+    }
+    Codes {
+        layout,
+        bytes,
+        lo,
+        step,
+        data,
+    }
+}
+
+/// A query's weights for one layout: estimate = `constant` + `scale` · Σ weightⱼ · codeⱼ.
+struct Prepared {
+    /// int4: per 64-byte block, [even dimensions' 64 weights][odd ones']; bit1: one per
+    /// dimension, in dimension order.
+    weights: Vec<i8>,
+    scale: f32,
+    constant: f32,
+}
+
+fn prepare(c: &Codes, q: &[f32]) -> Prepared {
+    let d = q.len();
+    let a: Vec<f32> = (0..d).map(|j| q[j] * c.step[j]).collect();
+    let max = a
+        .iter()
+        .fold(0f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let scale = max / 127.0;
+    let constant: f32 = (0..d).map(|j| q[j] * c.lo[j]).sum();
+    let mut weights;
+    match c.layout {
+        Layout::Int4 | Layout::Int4Lists => {
+            let blocks = c.bytes.div_ceil(64);
+            weights = vec![0i8; blocks * 128];
+            for (j, aj) in a.iter().enumerate() {
+                let (byte, half) = (j / 2, j % 2);
+                weights[(byte / 64) * 128 + half * 64 + byte % 64] = (aj / scale).round() as i8;
+            }
+        }
+        _ => {
+            weights = vec![0i8; d.div_ceil(64) * 64];
+            for (w, aj) in weights.iter_mut().zip(&a) {
+                *w = (aj / scale).round() as i8;
+            }
+        }
+    }
+    Prepared {
+        weights,
+        scale,
+        constant,
+    }
+}
+
+/// Cosine distance estimate 1 − ⟨q, v̂⟩ of the code at `code`.
+///
+/// # Safety
+/// AVX-512 BW and VNNI; `code` readable for `c.bytes` bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn estimate(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm512_setzero_si512();
+    match c.layout {
+        Layout::Int4 | Layout::Int4Lists => {
+            let nibble = _mm512_set1_epi8(0x0f);
+            for b in 0..c.bytes.div_ceil(64) {
+                let left = c.bytes - 64 * b;
+                let mask = if left >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << left) - 1
+                };
+                // SAFETY: masked to the code's bytes.
+                let x = unsafe { _mm512_maskz_loadu_epi8(mask, code.add(64 * b).cast()) };
+                let even = _mm512_and_si512(x, nibble);
+                let odd = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+                // SAFETY: 128 weights a block.
+                let (we, wo) = unsafe {
+                    (
+                        _mm512_loadu_si512(p.weights.as_ptr().add(128 * b).cast()),
+                        _mm512_loadu_si512(p.weights.as_ptr().add(128 * b + 64).cast()),
+                    )
+                };
+                acc = _mm512_dpbusd_epi32(acc, even, we);
+                acc = _mm512_dpbusd_epi32(acc, odd, wo);
+            }
+        }
+        _ => {
+            let one = _mm512_set1_epi8(1);
+            let chunks = c.bytes.div_ceil(8);
+            for k in 0..chunks {
+                let left = c.bytes - 8 * k;
+                let mut bits = [0u8; 8];
+                // SAFETY: at most the code's remaining bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(code.add(8 * k), bits.as_mut_ptr(), left.min(8))
+                };
+                let m = u64::from_le_bytes(bits);
+                let x = _mm512_maskz_mov_epi8(m, one);
+                // SAFETY: weights padded to 64 a chunk.
+                let w = unsafe { _mm512_loadu_si512(p.weights.as_ptr().add(64 * k).cast()) };
+                acc = _mm512_dpbusd_epi32(acc, x, w);
+            }
+        }
+    }
+    1.0 - (p.constant + p.scale * _mm512_reduce_add_epi32(acc) as f32)
+}
+
+/// Prefetches `lines` lines from `p`, the first `l1` of them into L1 and the rest into L2 (the
+/// library's policy, graph::walk_l1_lines: `CHASSIS_PREFETCH_L1_LINES`, else 12 on Zen 5 and
+/// 1 elsewhere; here read from the same variable, default 1).
+#[inline(always)]
+fn prefetch_code(p: *const u8, lines: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+    static L1: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let l1 = *L1.get_or_init(|| {
+        std::env::var("CHASSIS_PREFETCH_L1_LINES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    });
+    for i in 0..lines {
+        // SAFETY: a prefetch never faults.
+        unsafe {
+            if i < l1 {
+                _mm_prefetch(p.wrapping_add(64 * i).cast::<i8>(), _MM_HINT_T0)
+            } else {
+                _mm_prefetch(p.wrapping_add(64 * i).cast::<i8>(), _MM_HINT_T1)
+            }
+        };
+    }
+}
+
+/// Prefetches `lines` lines from `p` into L1 (lists, and the vectors ranked: as the library).
+#[inline(always)]
+fn prefetch(p: *const u8, lines: usize) {
+    for i in 0..lines {
+        // SAFETY: a prefetch never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                p.wrapping_add(64 * i).cast::<i8>(),
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+}
+
+/// Prefetches the lines that `bytes` bytes from `p` touch (a code: [`prefetch_code`]).
+#[inline(always)]
+fn prefetch_range(p: *const u8, bytes: usize) {
+    let skew = p as usize % 64;
+    prefetch_code(p.wrapping_sub(skew), (skew + bytes).div_ceil(64));
+}
+
+fn exact(g: &Graph, q: &[f32], s: u32) -> f32 {
+    let v = &g.vectors[s as usize * g.dims..(s as usize + 1) * g.dims];
+    1.0 - chassis_bench::dot(q, v)
+}
+
+/// f32 distance as a u32 that sorts like it (any sign), with the slot below it.
+fn key(d: f32, s: u32) -> u64 {
+    let b = d.to_bits();
+    let o = if b >> 31 == 1 { !b } else { b | 1 << 31 };
+    (u64::from(o) << 32) | u64::from(s)
+}
+
+fn key_dist(k: u64) -> f32 {
+    let o = (k >> 32) as u32;
+    f32::from_bits(if o >> 31 == 1 { o & !(1 << 31) } else { !o })
+}
+
+/// A walk to measure: its name, the codes it scores by (an index into the trained ones), and
+/// its gate (the index of the `bit1-lists` codes and the margin), if any.
+type Variant = (String, usize, Option<(usize, f32)>);
+
+struct Scratch {
+    visited: Vec<u32>,
+    epoch: u32,
+    cand: BinaryHeap<Reverse<u64>>,
+    beam: BinaryHeap<u64>,
+    gathered: Vec<(u32, *const u8)>,
+    /// Nodes expanded and codes scored, over every search so far.
+    hops: u64,
+    estimates: u64,
+    /// Neighbors a gate looked at.
+    gated: u64,
+}
+
+/// `gate`: bit codes beside the lists (`bit1-lists`) and a margin: a neighbor whose bit
+/// estimate is more than the margin past the beam's bound (once full) is not read at all;
+/// the others are scored by `c` (codes by slot).
+fn search(
+    g: &Graph,
+    c: &Codes,
+    gate: Option<(&Codes, f32)>,
+    q: &[f32],
+    ef: usize,
+    rr: usize,
+    s: &mut Scratch,
+) -> Vec<u32> {
+    // Greedy descent by exact distances.
+    let mut cur = g.entry;
+    let mut cur_d = exact(g, q, cur);
+    for layer in (1..=g.top).rev() {
+        loop {
+            let mut changed = false;
+            if let Some(list) = g.upper[cur as usize].get(layer - 1) {
+                for &n in list {
+                    if n == EMPTY {
+                        continue;
+                    }
+                    let d = exact(g, q, n);
+                    if d < cur_d {
+                        (cur, cur_d) = (n, d);
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    let p = prepare(c, q);
+    let gp = gate.map(|(gc, _)| prepare(gc, q));
+    s.epoch = s.epoch.wrapping_add(1);
+    if s.epoch == 0 {
+        s.visited.iter_mut().for_each(|v| *v = 0);
+        s.epoch = 1;
+    }
+    s.cand.clear();
+    s.beam.clear();
+    s.visited[cur as usize] = s.epoch;
+    let entry = key(cur_d, cur);
+    s.cand.push(Reverse(entry));
+    s.beam.push(entry);
+    // The codes whose blocks hold the lists, where any do.
+    let lists = gate.map_or(c, |(gc, _)| gc);
+    let bb = block_bytes(lists.bytes);
+    let node_ptr = |n: u32| -> *const u8 {
+        if lists.layout.lists() {
+            lists.data[n as usize * bb..].as_ptr()
+        } else {
+            g.level0[n as usize * M0..].as_ptr().cast()
+        }
+    };
+    let list_lines = 2;
+    while let Some(Reverse(ck)) = s.cand.pop() {
+        let cd = key_dist(ck);
+        let bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
+        if cd > bound && s.beam.len() >= ef {
+            break;
+        }
+        let cs = ck as u32;
+        s.hops += 1;
+        if let Some(Reverse(next)) = s.cand.peek() {
+            prefetch(node_ptr(*next as u32), list_lines);
+        }
+        s.gathered.clear();
+        if let (Some((gc, margin)), Some(gp)) = (gate, gp.as_ref()) {
+            let block = &gc.data[cs as usize * bb..(cs as usize + 1) * bb];
+            let full = s.beam.len() >= ef;
+            let bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k)) + margin;
+            for i in 0..M0 {
+                let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
+                if w == EMPTY || s.visited[w as usize] == s.epoch {
+                    continue;
+                }
+                s.visited[w as usize] = s.epoch;
+                s.gated += 1;
+                // SAFETY: AVX-512 VNNI checked in main; the block holds the code.
+                let e = unsafe { estimate(gc, gp, block[4 * M0 + i * gc.bytes..].as_ptr()) };
+                if full && e > bound {
+                    continue;
+                }
+                let ptr = c.data[w as usize * c.bytes..].as_ptr();
+                prefetch_range(ptr, c.bytes);
+                s.gathered.push((w, ptr));
+            }
+        } else if c.layout.lists() {
+            let block = &c.data[cs as usize * bb..(cs as usize + 1) * bb];
+            for i in 0..M0 {
+                let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
+                if w == EMPTY || s.visited[w as usize] == s.epoch {
+                    continue;
+                }
+                s.visited[w as usize] = s.epoch;
+                let ptr = block[4 * M0 + i * c.bytes..].as_ptr();
+                prefetch_range(ptr, c.bytes);
+                s.gathered.push((w, ptr));
+            }
+        } else {
+            for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
+                if w == EMPTY || s.visited[w as usize] == s.epoch {
+                    continue;
+                }
+                s.visited[w as usize] = s.epoch;
+                let ptr = c.data[w as usize * c.bytes..].as_ptr();
+                prefetch_range(ptr, c.bytes);
+                s.gathered.push((w, ptr));
+            }
+        }
+        let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
+        s.estimates += s.gathered.len() as u64;
+        for &(n, ptr) in &s.gathered {
+            // SAFETY: checked for AVX-512 VNNI in main; `ptr` has `c.bytes` readable bytes.
+            let d = unsafe { estimate(c, &p, ptr) };
+            if s.beam.len() < ef || d < bound {
+                let k = key(d, n);
+                s.cand.push(Reverse(k));
+                s.beam.push(k);
+                if s.beam.len() > ef {
+                    s.beam.pop();
+                }
+                if s.beam.len() >= ef {
+                    bound = key_dist(*s.beam.peek().unwrap());
+                }
+            }
+        }
+    }
+    let mut found: Vec<u64> = s.beam.drain().collect();
+    found.sort_unstable();
+    found.truncate(rr);
+    for &k in &found {
+        prefetch(
+            g.vectors[(k as u32) as usize * g.dims..].as_ptr().cast(),
+            g.dims * 4 / 64,
+        );
+    }
+    let mut ranked: Vec<(f32, u32)> = found
+        .iter()
+        .map(|&k| (exact(g, q, k as u32), k as u32))
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ranked.iter().take(10).map(|x| x.1).collect()
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> chassis::Result<()> {
+    assert!(
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512bw"),
+        "this study's kernels need AVX-512 VNNI"
+    );
+    let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().expect("a number"));
+    let data = pypi_minilm().expect("../shared/data/pypi-minilm is needed");
+    let base = read_fvecs(&data.join("pypi-minilm_base.fvecs"))?;
+    let path = arg("--index").map_or(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/walk_codes-f32.chassis"),
+        PathBuf::from,
+    );
+    if !path.exists() {
+        println!(
+            "building {} (f32, M 16, ef_construction 200, one thread)",
+            path.display()
+        );
+        let ix = Index::create(
+            &path,
+            Options::new(base.dims, Metric::Cosine).vector_layout(VectorLayout::F32),
+        )?;
+        ix.add_batch(&base.data, 1)?;
+        ix.flush()?;
+        ix.close()?;
+    }
+    let queries = read_fvecs(&data.join("pypi-minilm_query.fvecs"))?;
+    let gt = read_ivecs(&data.join("pypi-minilm_groundtruth.ivecs"));
+    let reader = IndexReader::open(&path)?;
+    let snap = reader.snapshot()?;
+    let h = reader.header_of(&snap).clone();
+    let store = reader.graph(&snap);
+    let (n, dims) = (store.routing_count() as usize, reader.dims());
+    let mut g = Graph {
+        n,
+        dims,
+        level0: Vec::with_capacity(n * M0),
+        upper: Vec::with_capacity(n),
+        vectors: Vec::with_capacity(n * dims),
+        entry: h.entry_point,
+        top: h.max_layer as usize,
+    };
+    advise_huge(&g.level0);
+    advise_huge(&g.vectors);
+    for s in 0..n as u32 {
+        let Some(VectorRef::F32(v)) = store.vector(s) else {
+            panic!("an f32 file is needed (slot {s})");
+        };
+        // Slot = row: the file was built in row order by one thread.
+        let row = base.row(s as usize);
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!(
+            v.iter().zip(row).all(|(a, b)| (a - b / norm).abs() < 1e-5),
+            "slot {s} is not row {s}: build the file with one thread, in row order"
+        );
+        g.vectors.extend_from_slice(v);
+        let l0 = store.level0(s).expect("a record");
+        assert_eq!(l0.len(), M0);
+        g.level0
+            .extend(l0.iter().map(|w| w.load(Ordering::Relaxed)));
+        let mut layers = Vec::new();
+        let mut layer = 1;
+        while let Some(words) = store.upper(s, layer) {
+            layers.push(words.iter().map(|w| w.load(Ordering::Relaxed)).collect());
+            layer += 1;
+        }
+        g.upper.push(layers);
+    }
+    let qs: Vec<Vec<f32>> = (0..queries.len())
+        .map(|i| {
+            let q = queries.row(i);
+            let norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+            q.iter().map(|x| x / norm).collect()
+        })
+        .collect();
+    let layouts = [
+        Layout::Int4,
+        Layout::Int4Lists,
+        Layout::Bit1,
+        Layout::Bit1Lists,
+    ];
+    let codes: Vec<Codes> = layouts.iter().map(|&l| train(&g, l)).collect();
+    for c in &codes {
+        let per = if c.layout.lists() {
+            block_bytes(c.bytes) as f64
+        } else {
+            c.bytes as f64
+        };
+        println!(
+            "{}: {} code bytes, {per:.0} bytes a vector",
+            c.layout.name(),
+            c.bytes
+        );
+    }
+    let mut s = Scratch {
+        visited: vec![0; n],
+        epoch: 0,
+        cand: BinaryHeap::new(),
+        beam: BinaryHeap::new(),
+        gathered: Vec::new(),
+        hops: 0,
+        estimates: 0,
+        gated: 0,
+    };
+    let mut variants: Vec<Variant> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.layout.name().to_string(), i, None))
+        .collect();
+    for margin in [0.06f32, 0.1, 0.15] {
+        variants.push((format!("int4-gate{margin}"), 0, Some((3, margin))));
+    }
+    let settings: Vec<(usize, usize)> = [24, 32, 48, 64, 96, 128]
+        .iter()
+        .flat_map(|&ef| {
+            [20, 40, 80]
+                .into_iter()
+                .filter(move |&rr| rr <= ef)
+                .map(move |rr| (ef, rr))
+        })
+        .collect();
+    println!(
+        "{} vectors x {dims}; {} queries; {rounds} rounds (1 warm-up), variants alternated",
+        n,
+        qs.len()
+    );
+    println!(
+        "{:>14} {:>4} {:>4} {:>8} {:>9} {:>7} {:>8} {:>8}",
+        "variant", "ef", "rr", "recall", "QPS", "hops/q", "codes/q", "gated/q"
+    );
+    let nv = variants.len();
+    let mut best = vec![(0f64, 0usize, 0usize); nv];
+    for &(ef, rr) in &settings {
+        let mut qps = vec![Vec::new(); nv];
+        let mut recall = vec![0f64; nv];
+        let mut work = vec![(0f64, 0f64, 0f64); nv];
+        for round in 0..rounds {
+            for (vi, (_, ci, gate)) in variants.iter().enumerate() {
+                let c = &codes[*ci];
+                let gate = gate.map(|(gi, m)| (&codes[gi], m));
+                (s.hops, s.estimates, s.gated) = (0, 0, 0);
+                let t = Instant::now();
+                let res: Vec<Vec<u32>> = qs
+                    .iter()
+                    .map(|q| search(&g, c, gate, q, ef, rr, &mut s))
+                    .collect();
+                let secs = t.elapsed().as_secs_f64();
+                if round > 0 {
+                    qps[vi].push(qs.len() as f64 / secs);
+                } else {
+                    let per = |x: u64| x as f64 / qs.len() as f64;
+                    work[vi] = (per(s.hops), per(s.estimates), per(s.gated));
+                    let hits: usize = res
+                        .iter()
+                        .zip(&gt)
+                        .map(|(r, t)| r.iter().filter(|x| t[..10].contains(&(**x as i32))).count())
+                        .sum();
+                    recall[vi] = hits as f64 / (10 * qs.len()) as f64;
+                }
+            }
+        }
+        for (vi, (name, ..)) in variants.iter().enumerate() {
+            let m = median(qps[vi].clone());
+            let (h, e, gd) = work[vi];
+            println!(
+                "{name:>14} {ef:>4} {rr:>4} {:>8.4} {m:>9.0} {h:>7.0} {e:>8.0} {gd:>8.0}",
+                recall[vi]
+            );
+            if recall[vi] >= 0.95 && m > best[vi].0 {
+                best[vi] = (m, ef, rr);
+            }
+        }
+    }
+    println!("best QPS at recall >= 0.95:");
+    for (vi, (name, ..)) in variants.iter().enumerate() {
+        let (q, ef, rr) = best[vi];
+        println!("{name:>14}: {q:.0} (ef {ef}, rr {rr})");
+    }
+    Ok(())
+}
