@@ -138,3 +138,16 @@ pub fn advise_huge<T>(v: &Vec<T>) {
         };
     }
 }
+
+/// The value after `name` on the command line (`--rounds 5` → "5"), if given.
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -18,7 +18,7 @@ use std::time::Instant;
 use chassis::filter::search::Strategy;
 use chassis::format::metadata::{parse_json, Metadata, Value};
 use chassis::{CodeKind, Filter, Index, IndexReader, Metric, Options};
-use chassis_bench::{pypi_minilm, read_fvecs, read_ivecs};
+use chassis_bench::{median, pypi_minilm, read_fvecs, read_ivecs};
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -34,11 +34,6 @@ fn flag(name: &str) -> bool {
 
 /// Per kind: recall sum, queries, seconds per counted pass, how queries were answered.
 type PerKind = (f64, usize, Vec<f64>, BTreeMap<String, usize>);
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn index_build(n: usize) {
     let dir = std::env::temp_dir().join("chassis-filtered-bench");

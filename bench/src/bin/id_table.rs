@@ -11,6 +11,7 @@
 //! cargo run --release --manifest-path bench/Cargo.toml --bin id_table -- [--slots N] [--reps R]
 //! ```
 
+use chassis_bench::median;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,11 +36,6 @@ fn id_of(slot: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> chassis::Result<()> {

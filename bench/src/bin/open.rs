@@ -8,22 +8,11 @@
 //! The file is built once (random vectors, M = 16, ef_construction = 32, on every core) and
 //! kept at `--path` for later runs.
 
+use chassis_bench::{arg, median};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use chassis::{Index, IndexReader, Metric, Options};
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 fn timed<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, f64, f64) {
     let mut ms = Vec::new();

@@ -8,6 +8,7 @@
 //!
 //!   cargo run --release --bin reachability -- [--data DIR] [--n N] [--threads 1,2] [--reps 3]
 
+use chassis_bench::{arg, median};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -37,13 +38,6 @@ fn read_vecs(path: &PathBuf, int: bool) -> Vec<Vec<f32>> {
     out
 }
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
 /// CPU seconds this process has used (user and system, all threads), from /proc.
 fn cpu_s() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -54,11 +48,6 @@ fn cpu_s() -> f64 {
         .collect();
     // Fields 14 and 15 of stat (utime, stime) are the 12th and 13th after the name, in ticks.
     (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() {

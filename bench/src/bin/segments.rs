@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use chassis::graph::{self, Distance, GraphStore, Scratch, VectorRef};
 use chassis::{Index, IndexReader, Metric, Options};
-use chassis_bench::{advise_huge, pypi_minilm, read_fvecs};
+use chassis_bench::{advise_huge, arg, median, pypi_minilm, read_fvecs};
 
 const EFS: [usize; 7] = [10, 16, 32, 64, 128, 256, 512];
 
@@ -129,17 +129,6 @@ fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
         f.upper.push(layers);
     }
     f
-}
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> chassis::Result<()> {

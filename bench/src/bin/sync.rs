@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use chassis::{BackupReport, Index, IndexReader, Metric, Options};
-use chassis_bench::synthetic;
+use chassis_bench::{median, synthetic};
 
 struct Args {
     gb: f64,
@@ -76,11 +76,6 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     let t = Instant::now();
     let r = f();
     (r, t.elapsed().as_secs_f64())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn mib(b: u64) -> f64 {

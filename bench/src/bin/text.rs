@@ -8,6 +8,7 @@
 //!
 //! Prints a report (markdown) on stdout; `bench/text/peers.py` measures tantivy, SQLite FTS5
 //! and LanceDB on the same corpus and queries.
+use chassis_bench::median;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -49,11 +50,6 @@ fn read_npy(path: &Path, dims: usize) -> Vec<f32> {
         .collect();
     assert_eq!(v.len() % dims, 0);
     v
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// MRR@10 of `ranked` (ids best first) for the target.

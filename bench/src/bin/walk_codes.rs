@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use chassis::graph::{GraphStore, VectorRef, EMPTY};
 use chassis::{Index, IndexReader, Metric, Options, VectorLayout};
-use chassis_bench::{advise_huge, pypi_minilm, read_fvecs, read_ivecs};
+use chassis_bench::{advise_huge, arg, median, pypi_minilm, read_fvecs, read_ivecs};
 
 const M0: usize = 32;
 
@@ -282,7 +282,7 @@ unsafe fn estimate(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
 }
 
 /// Prefetches `lines` lines from `p`, the first `l1` of them into L1 and the rest into L2 (the
-/// library's policy, graph::walk_l1_lines: `CHASSIS_PREFETCH_L1_LINES`, else 12 on Zen 5 and
+/// library's policy, graph/prefetch.rs: `CHASSIS_PREFETCH_L1_LINES`, else 12 on Zen 5 and
 /// 1 elsewhere; here read from the same variable, default 1).
 #[inline(always)]
 fn prefetch_code(p: *const u8, lines: usize) {
@@ -508,17 +508,6 @@ fn search(
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
     ranked.iter().take(10).map(|x| x.1).collect()
-}
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> chassis::Result<()> {

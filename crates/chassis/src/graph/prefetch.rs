@@ -1,0 +1,160 @@
+//! Prefetching for the walk: what a search asks the CPU to load before it reads it, and
+//! into which cache, chosen per CPU (docs/decisions/0007).
+//!
+//! Invariants: every function here is a hint: none faults, whatever the address, and none
+//! changes what a search returns; the L1/L2 policy is read once per process.
+
+use super::VectorRef;
+
+/// Lines prefetched of a neighbor list (64 words: a level-0 list at M up to 32).
+pub(super) const LIST_PREFETCH_LINES: usize = 4;
+
+/// Lines prefetched of each vector about to be scored (of the part a search walks by: the
+/// high halves of a split vector): all of a 384-d split vector's twelve, the head of a longer
+/// one (the hardware streams the rest). On pypi-minilm's split file twelve lines were 4%
+/// faster than eight; on f32 vectors four lines were 9% slower than eight at 128 dimensions
+/// (docs/PERFORMANCE.md).
+const VECTOR_PREFETCH_LINES: usize = 12;
+
+/// Asks the CPU to start loading the `lines` cache lines from `p` into its nearest cache (L1).
+/// A hint only: it never faults and never changes what a search returns.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T, lines: usize) {
+    prefetch_into::<false, T>(p, lines);
+}
+
+/// [`prefetch`], into L1 or (`L2`) into L2 only.
+#[inline(always)]
+fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let p = p.cast::<i8>();
+        for i in 0..lines {
+            // SAFETY: prefetch instructions do not access memory architecturally and never
+            // fault, whatever the address; SSE is part of the x86_64 baseline.
+            unsafe {
+                if L2 {
+                    _mm_prefetch(p.wrapping_add(64 * i), _MM_HINT_T1)
+                } else {
+                    _mm_prefetch(p.wrapping_add(64 * i), _MM_HINT_T0)
+                }
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, lines);
+}
+
+/// How many lines of each neighbor's vector a walk asks for into L1; the rest of its
+/// [`VECTOR_PREFETCH_LINES`] go into L2. A walk asks for up to 32 vectors' lines at once
+/// (up to 384): a core that tracks few outstanding L1 misses drops the hints past them, so
+/// there the first line goes into L1 and the rest into L2 (Zen 4, pypi-minilm at ef 48: 7,700
+/// QPS with every line into L1, 14,000 with one; 1M x 128's four-line halves: the same as
+/// every line); a core that tracks many (Zen 5) is faster with every line in L1 (twice as
+/// fast as with L2). Chosen once per process ([`cpu_tracks_many_l1_misses`]);
+/// `CHASSIS_PREFETCH_L1_LINES` (a number) overrides it, for measuring a new CPU
+/// (docs/decisions/0007).
+fn walk_l1_lines() -> usize {
+    static LINES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LINES.get_or_init(|| {
+        l1_lines_for(
+            std::env::var("CHASSIS_PREFETCH_L1_LINES").ok().as_deref(),
+            cpu_tracks_many_l1_misses(),
+        )
+    })
+}
+
+/// [`walk_l1_lines`] for an override (used when it is a number) and a CPU that tracks many L1
+/// misses or not.
+fn l1_lines_for(overridden: Option<&str>, many: bool) -> usize {
+    overridden
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(if many { VECTOR_PREFETCH_LINES } else { 1 })
+}
+
+/// Whether this CPU keeps many L1 misses in flight: AMD's Zen 5 (family 1Ah) and later.
+/// Earlier Zen cores track about two dozen. Any other CPU gets the policy for few (one line
+/// into L1): wrong for a core that tracks many, it costs less than the other policy costs a
+/// core that tracks few.
+fn cpu_tracks_many_l1_misses() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // SAFETY: CPUID exists on every x86-64 CPU; leaves 0 and 1 always do.
+        #[allow(unused_unsafe)]
+        let (vendor, signature) = unsafe { (__cpuid(0), __cpuid(1)) };
+        let amd = vendor.ebx == u32::from_le_bytes(*b"Auth")
+            && vendor.edx == u32::from_le_bytes(*b"enti")
+            && vendor.ecx == u32::from_le_bytes(*b"cAMD");
+        amd && cpu_family(signature.eax) >= 0x1a
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The family in CPUID leaf 1's EAX: the base family, plus the extended family where the base
+/// is 0Fh (as /proc/cpuinfo's "cpu family" shows it).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn cpu_family(eax: u32) -> u32 {
+    let base = (eax >> 8) & 0xf;
+    if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    }
+}
+
+/// Prefetches the lines of `v` a search reads while it walks (up to
+/// [`VECTOR_PREFETCH_LINES`]): the first [`walk_l1_lines`] into L1, the rest into L2.
+#[inline(always)]
+pub(super) fn prefetch_walk(v: VectorRef<'_>) {
+    // Codes (384 bytes at 384 dimensions) get all their lines too: prefetching 1, 2 or 3
+    // lines of a code was 16%, 15% and 11% slower than 12 at ef 48 (docs/PERFORMANCE.md).
+    let lines = VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64));
+    let near = walk_l1_lines().min(lines);
+    prefetch_into::<false, _>(v.as_ptr(), near);
+    prefetch_into::<true, _>(v.as_ptr().wrapping_add(64 * near), lines - near);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_prefetch_policy_follows_the_cpu_unless_overridden() {
+        // A core that tracks many misses takes every line into L1, any other one line.
+        assert_eq!(l1_lines_for(None, true), VECTOR_PREFETCH_LINES);
+        assert_eq!(l1_lines_for(None, false), 1);
+        assert_eq!(l1_lines_for(Some(" 0 "), true), 0);
+        assert_eq!(l1_lines_for(Some("4"), false), 4);
+        // Not a number: the CPU's policy.
+        assert_eq!(l1_lines_for(Some("l2"), false), 1);
+        // Family: Zen 4 (19h) and Zen 5 (1Ah) signatures, an Intel family 6 one.
+        assert_eq!(cpu_family(0x00a1_0f11), 0x19);
+        assert_eq!(cpu_family(0x00b4_0f00), 0x1a);
+        assert_eq!(cpu_family(0x0008_06f8), 6);
+    }
+
+    /// On Linux, CPUID's family is the one /proc/cpuinfo names (the policy's input decoded
+    /// right on the CPU that runs the tests).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn cpu_family_agrees_with_proc_cpuinfo() {
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        let Some(named) = info
+            .lines()
+            .find(|l| l.starts_with("cpu family"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            return;
+        };
+        // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
+        #[allow(unused_unsafe)]
+        let eax = unsafe { std::arch::x86_64::__cpuid(1) }.eax;
+        assert_eq!(cpu_family(eax), named);
+    }
+}
