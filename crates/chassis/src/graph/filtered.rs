@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{
-    prefetch, prefetch_walk, rank_exactly, Distance, GraphStore, Scored, Scratch, VectorRef,
+    prefetch, prefetch_scan, rank_exactly, Distance, GraphStore, Scored, Scratch, VectorRef,
     VisitedSet, LIST_PREFETCH_LINES, SCAN_AHEAD, SCAN_GROUP,
 };
 
@@ -148,14 +148,14 @@ pub fn scan<S: GraphStore>(
     let mut all: Vec<Scored> = Vec::with_capacity(refs.len());
     scratch.coded.forget();
     for v in refs.iter().take(SCAN_GROUP * SCAN_AHEAD) {
-        prefetch_walk(v.1);
+        prefetch_scan(v.1);
     }
     let mut vectors = [VectorRef::F32(&[]); SCAN_GROUP];
     let mut distances = [0f32; SCAN_GROUP];
     for (g, group) in refs.chunks(SCAN_GROUP).enumerate() {
         let ahead = (g + SCAN_AHEAD) * SCAN_GROUP;
         for v in refs.iter().skip(ahead).take(SCAN_GROUP) {
-            prefetch_walk(v.1);
+            prefetch_scan(v.1);
         }
         for (dst, (_, v)) in vectors.iter_mut().zip(group) {
             *dst = *v;

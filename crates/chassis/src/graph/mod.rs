@@ -39,7 +39,7 @@ pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, Vecto
 use filtered::gather_two_hop;
 pub use filtered::{scan, search_within_two_hop};
 pub(crate) use prefetch::prefetch;
-use prefetch::{prefetch_walk, LIST_PREFETCH_LINES};
+use prefetch::{prefetch_scan, prefetch_walk, LIST_PREFETCH_LINES};
 use rank::{approximate, rank_exactly};
 pub use visited::VisitedSet;
 

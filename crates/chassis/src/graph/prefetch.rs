@@ -46,31 +46,60 @@ fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
     let _ = (p, lines);
 }
 
-/// How many lines of each neighbor's vector a walk asks for into L1; the rest of its
-/// [`VECTOR_PREFETCH_LINES`] go into L2. A walk asks for up to 32 vectors' lines at once
-/// (up to 384): a core that tracks few outstanding L1 misses drops the hints past them, so
-/// there the first line goes into L1 and the rest into L2 (Zen 4, pypi-minilm at ef 48: 7,700
-/// QPS with every line into L1, 14,000 with one; 1M x 128's four-line halves: the same as
-/// every line); a core that tracks many (Zen 5) is faster with every line in L1 (twice as
-/// fast as with L2). Chosen once per process ([`cpu_tracks_many_l1_misses`]);
-/// `CHASSIS_PREFETCH_L1_LINES` (a number) overrides it, for measuring a new CPU
-/// (docs/decisions/0007).
-fn walk_l1_lines() -> usize {
-    static LINES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *LINES.get_or_init(|| {
-        l1_lines_for(
+/// How many lines of each vector a search asks for into L1; the rest of its
+/// [`VECTOR_PREFETCH_LINES`] go into L2. A walk asks for up to 32 vectors' lines at once (up
+/// to 384), a scan for [`super::SCAN_AHEAD`] groups' worth: a core that tracks few outstanding
+/// L1 misses stalls on the hints past them, so there a walked vector's first line goes into
+/// L1 and the rest into L2, and codes and scanned vectors go into L2 whole (Zen 4: pypi-minilm
+/// at ef 48, 7,700 QPS with every line of the split vectors into L1, 14,000 with one; int8
+/// codes 8,700 with one line into L1, 11,800 with none; filtered scans a few percent faster
+/// with none; docs/decisions/0007); a core that tracks many (Zen 5) is faster with
+/// every line in L1 (twice as fast as with L2). Chosen once per process
+/// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides all three,
+/// for measuring a new CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Policy {
+    /// A vector (split, f16 or f32) a walk scores.
+    vector: usize,
+    /// A code a walk scores.
+    code: usize,
+    /// A vector or code a scan scores.
+    scan: usize,
+}
+
+fn policy() -> Policy {
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    *POLICY.get_or_init(|| {
+        policy_for(
             std::env::var("CHASSIS_PREFETCH_L1_LINES").ok().as_deref(),
             cpu_tracks_many_l1_misses(),
         )
     })
 }
 
-/// [`walk_l1_lines`] for an override (used when it is a number) and a CPU that tracks many L1
+/// [`policy`] for an override (used when it is a number) and a CPU that tracks many L1
 /// misses or not.
-fn l1_lines_for(overridden: Option<&str>, many: bool) -> usize {
-    overridden
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(if many { VECTOR_PREFETCH_LINES } else { 1 })
+fn policy_for(overridden: Option<&str>, many: bool) -> Policy {
+    if let Some(n) = overridden.and_then(|v| v.trim().parse().ok()) {
+        return Policy {
+            vector: n,
+            code: n,
+            scan: n,
+        };
+    }
+    if many {
+        Policy {
+            vector: VECTOR_PREFETCH_LINES,
+            code: VECTOR_PREFETCH_LINES,
+            scan: VECTOR_PREFETCH_LINES,
+        }
+    } else {
+        Policy {
+            vector: 1,
+            code: 0,
+            scan: 0,
+        }
+    }
 }
 
 /// Whether this CPU keeps many L1 misses in flight: AMD's Zen 5 (family 1Ah) and later.
@@ -106,13 +135,27 @@ fn cpu_family(eax: u32) -> u32 {
 }
 
 /// Prefetches the lines of `v` a search reads while it walks (up to
-/// [`VECTOR_PREFETCH_LINES`]): the first [`walk_l1_lines`] into L1, the rest into L2.
+/// [`VECTOR_PREFETCH_LINES`]): the first few into L1 as [`policy`] says, the rest into L2.
 #[inline(always)]
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
+    let p = policy();
+    prefetch_split(v, if v.is_code() { p.code } else { p.vector });
+}
+
+/// Prefetches the lines of `v` a scan reads ([`super::scan`]), as [`policy`] says.
+#[inline(always)]
+pub(super) fn prefetch_scan(v: VectorRef<'_>) {
+    prefetch_split(v, policy().scan);
+}
+
+/// The first `l1` of `v`'s walked lines (up to [`VECTOR_PREFETCH_LINES`]) into L1, the rest
+/// into L2.
+#[inline(always)]
+fn prefetch_split(v: VectorRef<'_>, l1: usize) {
     // Codes (384 bytes at 384 dimensions) get all their lines too: prefetching 1, 2 or 3
     // lines of a code was 16%, 15% and 11% slower than 12 at ef 48 (docs/PERFORMANCE.md).
     let lines = VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64));
-    let near = walk_l1_lines().min(lines);
+    let near = l1.min(lines);
     prefetch_into::<false, _>(v.as_ptr(), near);
     prefetch_into::<true, _>(v.as_ptr().wrapping_add(64 * near), lines - near);
 }
@@ -123,13 +166,25 @@ mod tests {
 
     #[test]
     fn walk_prefetch_policy_follows_the_cpu_unless_overridden() {
-        // A core that tracks many misses takes every line into L1, any other one line.
-        assert_eq!(l1_lines_for(None, true), VECTOR_PREFETCH_LINES);
-        assert_eq!(l1_lines_for(None, false), 1);
-        assert_eq!(l1_lines_for(Some(" 0 "), true), 0);
-        assert_eq!(l1_lines_for(Some("4"), false), 4);
+        // A core that tracks many misses takes every line into L1; any other one line of a
+        // walked vector, and codes and scanned vectors into L2 whole.
+        let all = |n| Policy {
+            vector: n,
+            code: n,
+            scan: n,
+        };
+        let few = Policy {
+            vector: 1,
+            code: 0,
+            scan: 0,
+        };
+        assert_eq!(policy_for(None, true), all(VECTOR_PREFETCH_LINES));
+        assert_eq!(policy_for(None, false), few);
+        // A number overrides all three.
+        assert_eq!(policy_for(Some(" 0 "), true), all(0));
+        assert_eq!(policy_for(Some("4"), false), all(4));
         // Not a number: the CPU's policy.
-        assert_eq!(l1_lines_for(Some("l2"), false), 1);
+        assert_eq!(policy_for(Some("l2"), false), few);
         // Family: Zen 4 (19h) and Zen 5 (1Ah) signatures, an Intel family 6 one.
         assert_eq!(cpu_family(0x00a1_0f11), 0x19);
         assert_eq!(cpu_family(0x00b4_0f00), 0x1a);
