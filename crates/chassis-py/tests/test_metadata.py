@@ -167,6 +167,11 @@ def test_bad_metadata_and_filters_raise_before_work(tmp_path):
     with pytest.raises(chassis.InvalidArgumentError, match="2 metadata dicts for 1"):
         ix.add([1.0, 2.0], metadata=[{}, {}])
     ix.add([1.0, 2.0], metadata={"a": 1})
-    for bad in ({"a": {"$foo": 1}}, {"a": {"$gt": None}}, {"$and": []}, {"a": {"$in": 1}}, []):
+    for bad in ({"a": {"$foo": 1}}, {"a": {"$gt": None}}, {"$and": []}, {"a": {"$in": 1}}, [],
+                {"a": math.nan}, {"a": {"$gt": math.inf}}, {"a": object()}):
         with pytest.raises(chassis.InvalidArgumentError):
             ix.search([1.0, 2.0], k=1, filter=bad)
+    # numpy scalars and arrays in a filter are plain values (one shared encoder, every call).
+    for good in ({"a": np.int64(1)}, {"a": {"$in": np.array([0, 1])}}, {"a": np.float32(1.0)}):
+        ids, _ = ix.search([1.0, 2.0], k=1, filter=good)
+        assert ids[0][0] == 0

@@ -129,6 +129,12 @@ def _plain(x):
     )
 
 
+#: One encoder for every call: ``json.dumps`` with ``default`` builds a new encoder each
+#: time, which was a third of a small filtered search's time in Python (3.8 µs of 10; with
+#: this one 1.3). Encoding keeps no state between calls, so threads share it.
+_ENCODER = json.JSONEncoder(allow_nan=False, default=_plain)
+
+
 def _json(x, what: str) -> str:
     """``x`` (a dict) as JSON text for the native layer, which checks everything else."""
     if not isinstance(x, dict):
@@ -137,7 +143,7 @@ def _json(x, what: str) -> str:
         if not isinstance(key, str):
             raise InvalidArgumentError(f"{what} keys must be strings, got {key!r}")
     try:
-        return json.dumps(x, allow_nan=False, default=_plain)
+        return _ENCODER.encode(x)
     except ValueError as e:
         raise InvalidArgumentError(f"{what}: {e} (NaN and infinity are not allowed)") from None
 
