@@ -6,8 +6,12 @@
 //! filtered searches walk by the codes and rank exactly (int8 scans score codes too; int4 scans
 //! read vectors).
 //!
+//! `--kind` searches one kind only; `--reuse` keeps the file a previous run built; `--scan-test`
+//! times `graph::scan` alone over every n-th slot and over random 1% to 10% of the slots.
+//!
 //! ```text
-//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3] [--codes [int8|int4]]
+//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- [--ef 64] [--reps 3] [--codes [int8|int4]] [--kind KIND] [--reuse]
+//! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- --reuse --scan-test
 //! cargo run --release --manifest-path bench/Cargo.toml --bin filtered -- --index-build 1000000
 //! ```
 
@@ -177,68 +181,6 @@ fn main() {
     let reader = IndexReader::open(&path).expect("open");
     if flag("--scan-test") {
         let queries = read_fvecs(&dir.join("pypi-minilm_query.fvecs")).expect("queries");
-        let snap = reader.snapshot().expect("snapshot");
-        let g = reader.graph(&snap);
-        let dist = chassis::graph::Distance::new(Metric::Cosine);
-        let mut scratch = chassis::graph::Scratch::default();
-        let q = chassis::graph::AlignedVector::new(queries.row(0));
-        for step in [1u32, 2, 10, 100] {
-            let mut times = Vec::new();
-            for _ in 0..5 {
-                let t = Instant::now();
-                for qi in 0..5 {
-                    let q = chassis::graph::AlignedVector::new(queries.row(qi));
-                    let _ = chassis::graph::scan(
-                        &g,
-                        &dist,
-                        &q,
-                        (0..100_000u32).step_by(step as usize),
-                        10,
-                        &mut scratch,
-                    );
-                }
-                times.push(t.elapsed().as_secs_f64() / 5.0);
-            }
-            let n = 100_000 / step;
-            let m = median(times);
-            println!(
-                "scan every {step}th slot: {n} vectors in {:.3} ms: {:.0} ns per vector",
-                m * 1e3,
-                m * 1e9 / n as f64
-            );
-        }
-        for pct in [10u64, 3, 1] {
-            let slots: Vec<u32> = (0..100_000u32)
-                .filter(|&s| (u64::from(s).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % 100 < pct)
-                .collect();
-            let mut times = Vec::new();
-            for _ in 0..5 {
-                let t = Instant::now();
-                for qi in 0..5 {
-                    let q = chassis::graph::AlignedVector::new(queries.row(qi));
-                    let _ = chassis::graph::scan(
-                        &g,
-                        &dist,
-                        &q,
-                        slots.iter().copied(),
-                        10,
-                        &mut scratch,
-                    );
-                }
-                times.push(t.elapsed().as_secs_f64() / 5.0);
-            }
-            let m = median(times);
-            println!(
-                "scan a random {pct}%: {} vectors in {:.3} ms: {:.0} ns per vector",
-                slots.len(),
-                m * 1e3,
-                m * 1e9 / slots.len() as f64
-            );
-        }
-        let _ = q;
-        return;
-    }
-    if flag("--scan-test") {
         let snap = reader.snapshot().expect("snapshot");
         let g = reader.graph(&snap);
         let dist = chassis::graph::Distance::new(Metric::Cosine);

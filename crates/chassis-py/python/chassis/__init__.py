@@ -130,8 +130,8 @@ def _plain(x):
 
 
 #: One encoder for every call: ``json.dumps`` with ``default`` builds a new encoder each
-#: time, which was a third of a small filtered search's time in Python (3.8 µs of 10; with
-#: this one 1.3). Encoding keeps no state between calls, so threads share it.
+#: time (a filter's conversion 2.4 µs; with this one 1.5, of a 5.8 µs filtered search that
+#: matches nothing). Encoding keeps no state between calls, so threads share it.
 _ENCODER = json.JSONEncoder(allow_nan=False, default=_plain)
 
 
