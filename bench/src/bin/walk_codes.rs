@@ -282,8 +282,9 @@ unsafe fn estimate(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
 }
 
 /// Prefetches `lines` lines from `p`, the first `l1` of them into L1 and the rest into L2 (the
-/// library's policy, graph/prefetch.rs: `CHASSIS_PREFETCH_L1_LINES`, else 12 on Zen 5 and
-/// 1 elsewhere; here read from the same variable, default 1).
+/// library's policy for walked vectors when decision 0008 was measured: `CHASSIS_PREFETCH_L1_LINES`,
+/// else 12 on Zen 5 and 1 elsewhere; here read from the same variable, default 1; the library
+/// has since sent codes into L2 whole on CPUs other than Zen 5, graph/prefetch.rs).
 #[inline(always)]
 fn prefetch_code(p: *const u8, lines: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};

@@ -55,16 +55,14 @@ fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
 /// codes 8,700 with one line into L1, 11,800 with none; filtered scans a few percent faster
 /// with none; docs/decisions/0007); a core that tracks many (Zen 5) is faster with
 /// every line in L1 (twice as fast as with L2). Chosen once per process
-/// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides all three,
+/// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides both,
 /// for measuring a new CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Policy {
     /// A vector (split, f16 or f32) a walk scores.
     vector: usize,
-    /// A code a walk scores.
-    code: usize,
-    /// A vector or code a scan scores.
-    scan: usize,
+    /// A code a walk scores, and any vector or code a scan scores.
+    streamed: usize,
 }
 
 fn policy() -> Policy {
@@ -83,21 +81,18 @@ fn policy_for(overridden: Option<&str>, many: bool) -> Policy {
     if let Some(n) = overridden.and_then(|v| v.trim().parse().ok()) {
         return Policy {
             vector: n,
-            code: n,
-            scan: n,
+            streamed: n,
         };
     }
     if many {
         Policy {
             vector: VECTOR_PREFETCH_LINES,
-            code: VECTOR_PREFETCH_LINES,
-            scan: VECTOR_PREFETCH_LINES,
+            streamed: VECTOR_PREFETCH_LINES,
         }
     } else {
         Policy {
             vector: 1,
-            code: 0,
-            scan: 0,
+            streamed: 0,
         }
     }
 }
@@ -139,13 +134,13 @@ fn cpu_family(eax: u32) -> u32 {
 #[inline(always)]
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
     let p = policy();
-    prefetch_split(v, if v.is_code() { p.code } else { p.vector });
+    prefetch_split(v, if v.is_code() { p.streamed } else { p.vector });
 }
 
 /// Prefetches the lines of `v` a scan reads ([`super::scan`]), as [`policy`] says.
 #[inline(always)]
 pub(super) fn prefetch_scan(v: VectorRef<'_>) {
-    prefetch_split(v, policy().scan);
+    prefetch_split(v, policy().streamed);
 }
 
 /// The first `l1` of `v`'s walked lines (up to [`VECTOR_PREFETCH_LINES`]) into L1, the rest
@@ -170,17 +165,15 @@ mod tests {
         // walked vector, and codes and scanned vectors into L2 whole.
         let all = |n| Policy {
             vector: n,
-            code: n,
-            scan: n,
+            streamed: n,
         };
         let few = Policy {
             vector: 1,
-            code: 0,
-            scan: 0,
+            streamed: 0,
         };
         assert_eq!(policy_for(None, true), all(VECTOR_PREFETCH_LINES));
         assert_eq!(policy_for(None, false), few);
-        // A number overrides all three.
+        // A number overrides both.
         assert_eq!(policy_for(Some(" 0 "), true), all(0));
         assert_eq!(policy_for(Some("4"), false), all(4));
         // Not a number: the CPU's policy.
