@@ -11,8 +11,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{
-    prefetch, prefetch_scan, rank_exactly, Distance, GraphStore, Scored, Scratch, VectorRef,
-    VisitedSet, LIST_PREFETCH_LINES, SCAN_AHEAD, SCAN_GROUP,
+    prefetch_list, prefetch_scan, rank_exactly, Distance, GraphStore, Scored, Scratch, VectorRef,
+    VisitedSet, SCAN_AHEAD, SCAN_GROUP,
 };
 
 /// [`super::search_within`] whose layer-0 beam scores only slots `accept` admits, reaching them
@@ -80,7 +80,7 @@ pub(super) fn gather_two_hop<S: GraphStore>(
             }
         } else if !visited.contains(n) {
             if let Some(l) = store.level0(n) {
-                prefetch(l.as_ptr(), LIST_PREFETCH_LINES);
+                prefetch_list(l);
             }
         }
     }

@@ -39,7 +39,7 @@ pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, Vecto
 use filtered::gather_two_hop;
 pub use filtered::{scan, search_within_two_hop};
 pub(crate) use prefetch::prefetch;
-use prefetch::{prefetch_scan, prefetch_walk, LIST_PREFETCH_LINES};
+use prefetch::{prefetch_list, prefetch_scan, prefetch_walk};
 use rank::{approximate, rank_exactly};
 pub use visited::VisitedSet;
 
@@ -482,7 +482,7 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool, const TWO_HOP: bool>(
         // The next candidate's list is likely needed next: start loading it now.
         let next = scratch.candidates.peek().map(|n| n.0.scored());
         if let Some(list) = next.and_then(|n| neighbors(store, n.slot, layer)) {
-            prefetch(list.as_ptr(), LIST_PREFETCH_LINES);
+            prefetch_list(list);
         }
         // The distance a scored neighbor must beat to be expanded before that candidate.
         let mut next_best = next.map_or(f32::INFINITY, |n| n.distance);
@@ -528,7 +528,7 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool, const TWO_HOP: bool>(
                         // The new best candidate: expanded next unless a nearer one follows.
                         next_best = d;
                         if let Some(l) = neighbors(store, n, layer) {
-                            prefetch(l.as_ptr(), LIST_PREFETCH_LINES);
+                            prefetch_list(l);
                         }
                     }
                     scratch.candidates.push(Reverse(s));

@@ -6,8 +6,23 @@
 
 use super::VectorRef;
 
-/// Lines prefetched of a neighbor list (64 words: a level-0 list at M up to 32).
-pub(super) const LIST_PREFETCH_LINES: usize = 4;
+/// Asks the CPU to start loading a neighbor list into L1: the lines its words span (two or
+/// three for a level-0 list at M 16, wherever it starts), not a fixed count; a line past
+/// the list is a miss the core tracks for nothing.
+#[inline(always)]
+pub(crate) fn prefetch_list<T>(words: &[T]) {
+    let p = words.as_ptr().cast::<u8>();
+    let head = p as usize % 64;
+    prefetch_into::<false, u8>(
+        p.wrapping_sub(head),
+        lines_spanned(head, size_of_val(words)),
+    );
+}
+
+/// Cache lines that `bytes` bytes starting `head` bytes into a line touch.
+fn lines_spanned(head: usize, bytes: usize) -> usize {
+    (head + bytes).div_ceil(64)
+}
 
 /// Lines prefetched of each vector about to be scored (of the part a search walks by: the
 /// high halves of a split vector): all of a 384-d split vector's twelve, the head of a longer
@@ -46,23 +61,23 @@ fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
     let _ = (p, lines);
 }
 
-/// How many lines of each vector a search asks for into L1; the rest of its
+/// How many lines of each vector or code a search asks for into L1; the rest of its
 /// [`VECTOR_PREFETCH_LINES`] go into L2. A walk asks for up to 32 vectors' lines at once (up
-/// to 384), a scan for [`super::SCAN_AHEAD`] groups' worth: a core that tracks few outstanding
-/// L1 misses stalls on the hints past them, so there a walked vector's first line goes into
-/// L1 and the rest into L2, and codes and scanned vectors go into L2 whole (Zen 4: pypi-minilm
-/// at ef 48, 7,700 QPS with every line of the split vectors into L1, 14,000 with one; int8
-/// codes 8,700 with one line into L1, 11,800 with none; filtered scans a few percent faster
-/// with none; docs/decisions/0007); a core that tracks many (Zen 5) is faster with
-/// every line in L1 (twice as fast as with L2). Chosen once per process
-/// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides both,
-/// for measuring a new CPU.
+/// to 384), a scan for [`super::SCAN_AHEAD`] groups' worth. A core that tracks few
+/// outstanding L1 misses stalls on the hints past them, so there everything goes into L2 but
+/// a walked split vector's first line (Zen 4, docs/decisions/0007: 1M x 128 f16 vectors at
+/// ef 96, 4,500 QPS with each vector's first line into L1, 7,500 with none; int8 codes on
+/// pypi-minilm 8,700 and 11,800; a 300k x 128 split file 7,000 with one line, 5,900 with
+/// none; pypi-minilm's split file 7,700 with every line into L1, 14,000 with one or none); a
+/// core that tracks many (Zen 5) is faster with every line in L1 (twice as fast as with L2).
+/// Chosen once per process ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a
+/// number) overrides both counts, for measuring a new CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Policy {
-    /// A vector (split, f16 or f32) a walk scores.
-    vector: usize,
-    /// A code a walk scores, and any vector or code a scan scores.
-    streamed: usize,
+    /// A split vector's high halves, walked.
+    split: usize,
+    /// Anything else a walk scores (f16 and f32 vectors, codes), and all a scan scores.
+    rest: usize,
 }
 
 fn policy() -> Policy {
@@ -78,23 +93,12 @@ fn policy() -> Policy {
 /// [`policy`] for an override (used when it is a number) and a CPU that tracks many L1
 /// misses or not.
 fn policy_for(overridden: Option<&str>, many: bool) -> Policy {
-    if let Some(n) = overridden.and_then(|v| v.trim().parse().ok()) {
-        return Policy {
-            vector: n,
-            streamed: n,
-        };
-    }
-    if many {
-        Policy {
-            vector: VECTOR_PREFETCH_LINES,
-            streamed: VECTOR_PREFETCH_LINES,
-        }
-    } else {
-        Policy {
-            vector: 1,
-            streamed: 0,
-        }
-    }
+    let (split, rest) = match overridden.and_then(|v| v.trim().parse().ok()) {
+        Some(n) => (n, n),
+        None if many => (VECTOR_PREFETCH_LINES, VECTOR_PREFETCH_LINES),
+        None => (1, 0),
+    };
+    Policy { split, rest }
 }
 
 /// Whether this CPU keeps many L1 misses in flight: AMD's Zen 5 (family 1Ah) and later.
@@ -129,21 +133,27 @@ fn cpu_family(eax: u32) -> u32 {
     }
 }
 
-/// Prefetches the lines of `v` a search reads while it walks (up to
-/// [`VECTOR_PREFETCH_LINES`]): the first few into L1 as [`policy`] says, the rest into L2.
+/// Prefetches the lines of `v` a walk scores, as [`policy`] says.
 #[inline(always)]
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
     let p = policy();
-    prefetch_split(v, if v.is_code() { p.streamed } else { p.vector });
+    prefetch_split(
+        v,
+        if matches!(v, VectorRef::Split(_)) {
+            p.split
+        } else {
+            p.rest
+        },
+    );
 }
 
-/// Prefetches the lines of `v` a scan reads ([`super::scan`]), as [`policy`] says.
+/// Prefetches the lines of `v` a scan scores ([`super::scan`]), as [`policy`] says.
 #[inline(always)]
 pub(super) fn prefetch_scan(v: VectorRef<'_>) {
-    prefetch_split(v, policy().streamed);
+    prefetch_split(v, policy().rest);
 }
 
-/// The first `l1` of `v`'s walked lines (up to [`VECTOR_PREFETCH_LINES`]) into L1, the rest
+/// The first `l1` of `v`'s scored lines (up to [`VECTOR_PREFETCH_LINES`]) into L1, the rest
 /// into L2.
 #[inline(always)]
 fn prefetch_split(v: VectorRef<'_>, l1: usize) {
@@ -160,28 +170,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn walk_prefetch_policy_follows_the_cpu_unless_overridden() {
+    fn prefetch_policy_follows_the_cpu_unless_overridden() {
         // A core that tracks many misses takes every line into L1; any other one line of a
-        // walked vector, and codes and scanned vectors into L2 whole.
-        let all = |n| Policy {
-            vector: n,
-            streamed: n,
-        };
-        let few = Policy {
-            vector: 1,
-            streamed: 0,
-        };
+        // walked split vector, and nothing else.
+        let all = |n| Policy { split: n, rest: n };
         assert_eq!(policy_for(None, true), all(VECTOR_PREFETCH_LINES));
-        assert_eq!(policy_for(None, false), few);
+        assert_eq!(policy_for(None, false), Policy { split: 1, rest: 0 });
         // A number overrides both.
         assert_eq!(policy_for(Some(" 0 "), true), all(0));
         assert_eq!(policy_for(Some("4"), false), all(4));
         // Not a number: the CPU's policy.
-        assert_eq!(policy_for(Some("l2"), false), few);
+        assert_eq!(policy_for(Some("l2"), false), Policy { split: 1, rest: 0 });
         // Family: Zen 4 (19h) and Zen 5 (1Ah) signatures, an Intel family 6 one.
         assert_eq!(cpu_family(0x00a1_0f11), 0x19);
         assert_eq!(cpu_family(0x00b4_0f00), 0x1a);
         assert_eq!(cpu_family(0x0008_06f8), 6);
+    }
+
+    #[test]
+    fn a_list_is_prefetched_by_the_lines_it_spans() {
+        // A level-0 list at M 16 (128 bytes): two lines when it starts a line, three when a
+        // record's 8-byte head pushes it across one; M 32 (256 bytes): four or five.
+        assert_eq!(lines_spanned(0, 128), 2);
+        assert_eq!(lines_spanned(8, 128), 3);
+        assert_eq!(lines_spanned(0, 256), 4);
+        assert_eq!(lines_spanned(8, 256), 5);
+        assert_eq!(lines_spanned(60, 8), 2);
+        assert_eq!(lines_spanned(0, 0), 0);
+        // A hint: it runs on any slice, empty or not.
+        let words = [0u32; 40];
+        prefetch_list(&words[1..33]);
+        prefetch_list(&words[..0]);
     }
 
     /// On Linux, CPUID's family is the one /proc/cpuinfo names (the policy's input decoded
