@@ -10,7 +10,7 @@ use super::VectorRef;
 /// three for a level-0 list at M 16, wherever it starts), not a fixed count; a line past
 /// the list is a miss the core tracks for nothing.
 #[inline(always)]
-pub(crate) fn prefetch_list<T>(words: &[T]) {
+pub(super) fn prefetch_list<T>(words: &[T]) {
     let p = words.as_ptr().cast::<u8>();
     let head = p as usize % 64;
     prefetch_into::<false, u8>(
