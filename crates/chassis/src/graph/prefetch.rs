@@ -65,17 +65,22 @@ fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
 /// [`VECTOR_PREFETCH_LINES`] go into L2. A walk asks for up to 32 vectors' lines at once (up
 /// to 384), a scan for [`super::SCAN_AHEAD`] groups' worth. A core that tracks few
 /// outstanding L1 misses stalls on the hints past them, so there everything goes into L2 but
-/// a walked split vector's first line (Zen 4, docs/decisions/0007: 1M x 128 f16 vectors at
-/// ef 96, 4,500 QPS with each vector's first line into L1, 7,500 with none; int8 codes on
-/// pypi-minilm 8,700 and 11,800; a 300k x 128 split file 7,000 with one line, 5,900 with
-/// none; pypi-minilm's split file 7,700 with every line into L1, 14,000 with one or none); a
-/// core that tracks many (Zen 5) is faster with every line in L1 (twice as fast as with L2).
-/// Chosen once per process ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a
-/// number) overrides both counts, for measuring a new CPU.
+/// a walked split vector's first line, or all of a short one's high halves (Zen 4,
+/// docs/decisions/0007: 1M x 128 f16 vectors at ef 96, 4,500 QPS with each vector's first
+/// line into L1, 7,500 with none; int8 codes on pypi-minilm 8,700 and 11,800; the 1M x 128
+/// split file 3,760 with one line of four, 4,430 with all four, 300k x 128 7,080 and 7,670,
+/// 5,900 with none; pypi-minilm's split file, twelve lines, 7,700 with every line into L1,
+/// 8,000 with four, 14,000 with one or none: a split record's high halves lie where reading
+/// them through L2 is slow, bench `memory_floor`); a core that tracks many (Zen 5) is faster
+/// with every line in L1 (twice as fast as with L2). Chosen once per process
+/// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides all
+/// three counts, for measuring a new CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Policy {
-    /// A split vector's high halves, walked.
+    /// A split vector's high halves, walked, when they take more than [`SHORT_SPLIT_LINES`].
     split: usize,
+    /// The same, when they take [`SHORT_SPLIT_LINES`] or fewer (128 dimensions and under).
+    short_split: usize,
     /// Anything else a walk scores (f16 and f32 vectors, codes), and all a scan scores.
     rest: usize,
 }
@@ -93,13 +98,25 @@ fn policy() -> Policy {
 /// [`policy`] for an override (used when it is a number) and a CPU that tracks many L1
 /// misses or not.
 fn policy_for(overridden: Option<&str>, many: bool) -> Policy {
-    let (split, rest) = match overridden.and_then(|v| v.trim().parse().ok()) {
-        Some(n) => (n, n),
-        None if many => (VECTOR_PREFETCH_LINES, VECTOR_PREFETCH_LINES),
-        None => (1, 0),
+    let (split, short_split, rest) = match overridden.and_then(|v| v.trim().parse().ok()) {
+        Some(n) => (n, n, n),
+        None if many => (
+            VECTOR_PREFETCH_LINES,
+            VECTOR_PREFETCH_LINES,
+            VECTOR_PREFETCH_LINES,
+        ),
+        None => (1, SHORT_SPLIT_LINES, 0),
     };
-    Policy { split, rest }
+    Policy {
+        split,
+        short_split,
+        rest,
+    }
 }
+
+/// A split vector whose high halves take this many lines or fewer is walked with all of them
+/// into L1 on a core that tracks few misses (see [`Policy`]).
+const SHORT_SPLIT_LINES: usize = 4;
 
 /// Whether this CPU keeps many L1 misses in flight: AMD's Zen 5 (family 1Ah) and later.
 /// Earlier Zen cores track about two dozen. Any other CPU gets the policy for few (one line
@@ -137,14 +154,12 @@ fn cpu_family(eax: u32) -> u32 {
 #[inline(always)]
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
     let p = policy();
-    prefetch_split(
-        v,
-        if matches!(v, VectorRef::Split(_)) {
-            p.split
-        } else {
-            p.rest
-        },
-    );
+    let l1 = match v {
+        VectorRef::Split(_) if v.walk_bytes() <= 64 * SHORT_SPLIT_LINES => p.short_split,
+        VectorRef::Split(_) => p.split,
+        _ => p.rest,
+    };
+    prefetch_split(v, l1);
 }
 
 /// Prefetches the lines of `v` a scan scores ([`super::scan`]), as [`policy`] says.
@@ -172,15 +187,24 @@ mod tests {
     #[test]
     fn prefetch_policy_follows_the_cpu_unless_overridden() {
         // A core that tracks many misses takes every line into L1; any other one line of a
-        // walked split vector, and nothing else.
-        let all = |n| Policy { split: n, rest: n };
+        // walked split vector, all of a short one, and nothing else.
+        let all = |n| Policy {
+            split: n,
+            short_split: n,
+            rest: n,
+        };
+        let few = Policy {
+            split: 1,
+            short_split: SHORT_SPLIT_LINES,
+            rest: 0,
+        };
         assert_eq!(policy_for(None, true), all(VECTOR_PREFETCH_LINES));
-        assert_eq!(policy_for(None, false), Policy { split: 1, rest: 0 });
-        // A number overrides both.
+        assert_eq!(policy_for(None, false), few);
+        // A number overrides all three.
         assert_eq!(policy_for(Some(" 0 "), true), all(0));
         assert_eq!(policy_for(Some("4"), false), all(4));
         // Not a number: the CPU's policy.
-        assert_eq!(policy_for(Some("l2"), false), Policy { split: 1, rest: 0 });
+        assert_eq!(policy_for(Some("l2"), false), few);
         // Family: Zen 4 (19h) and Zen 5 (1Ah) signatures, an Intel family 6 one.
         assert_eq!(cpu_family(0x00a1_0f11), 0x19);
         assert_eq!(cpu_family(0x00b4_0f00), 0x1a);
