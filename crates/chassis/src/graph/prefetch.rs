@@ -154,30 +154,36 @@ fn cpu_family(eax: u32) -> u32 {
 #[inline(always)]
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
     let p = policy();
+    let lines = scored_lines(v);
     let l1 = match v {
-        VectorRef::Split(_) if v.walk_bytes() <= 64 * SHORT_SPLIT_LINES => p.short_split,
+        VectorRef::Split(_) if lines <= SHORT_SPLIT_LINES => p.short_split,
         VectorRef::Split(_) => p.split,
         _ => p.rest,
     };
-    prefetch_split(v, l1);
+    prefetch_lines(v.as_ptr(), lines, l1);
 }
 
 /// Prefetches the lines of `v` a scan scores ([`super::scan`]), as [`policy`] says.
 #[inline(always)]
 pub(super) fn prefetch_scan(v: VectorRef<'_>) {
-    prefetch_split(v, policy().rest);
+    prefetch_lines(v.as_ptr(), scored_lines(v), policy().rest);
 }
 
-/// The first `l1` of `v`'s scored lines (up to [`VECTOR_PREFETCH_LINES`]) into L1, the rest
-/// into L2.
+/// The lines of `v` a search scores that it prefetches: all of them up to
+/// [`VECTOR_PREFETCH_LINES`]. Codes (384 bytes at 384 dimensions) get all their lines too:
+/// prefetching 1, 2 or 3 lines of a code was 16%, 15% and 11% slower than 12 at ef 48
+/// (docs/PERFORMANCE.md).
 #[inline(always)]
-fn prefetch_split(v: VectorRef<'_>, l1: usize) {
-    // Codes (384 bytes at 384 dimensions) get all their lines too: prefetching 1, 2 or 3
-    // lines of a code was 16%, 15% and 11% slower than 12 at ef 48 (docs/PERFORMANCE.md).
-    let lines = VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64));
+fn scored_lines(v: VectorRef<'_>) -> usize {
+    VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64))
+}
+
+/// The first `l1` of the `lines` lines from `p` into L1, the rest into L2.
+#[inline(always)]
+fn prefetch_lines(p: *const u8, lines: usize, l1: usize) {
     let near = l1.min(lines);
-    prefetch_into::<false, _>(v.as_ptr(), near);
-    prefetch_into::<true, _>(v.as_ptr().wrapping_add(64 * near), lines - near);
+    prefetch_into::<false, _>(p, near);
+    prefetch_into::<true, _>(p.wrapping_add(64 * near), lines - near);
 }
 
 #[cfg(test)]
