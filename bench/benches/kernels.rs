@@ -6,7 +6,7 @@
 //! walk does: half the bytes, each value widened from bfloat16.
 //! `cargo bench --manifest-path bench/Cargo.toml --bench kernels`
 
-use chassis::format::vector::{encode, VectorLayout};
+use chassis::format::vector::{encode, Halves, VectorLayout};
 use chassis::graph::{Distance, VectorRef};
 use chassis::{Metric, SimdLevel};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
                 let a = aligned(dims, skip, |i| (i as f32 * 0.37).sin());
                 let (a, b) = (floats(&a, dims), floats(&b, dims));
                 let split_b = split(b);
-                let h = VectorRef::Split(halves(&split_b, dims));
+                let h = VectorRef::Split(Halves::side_by_side(halves(&split_b, dims)));
                 for level in SimdLevel::available() {
                     let d = Distance::with_level(metric, level);
                     g.bench_with_input(

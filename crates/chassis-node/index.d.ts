@@ -28,8 +28,8 @@ export interface CreateOptions {
   metric?: Metric
   M?: number
   efConstruction?: number
-  /** 3 (f32 vectors), 4 (split halves, the default) or 5 (half precision). */
-  format?: 3 | 4 | 5
+  /** 3 (f32 vectors), 4 (split halves side by side), 5 (half precision) or 6 (planar split halves, the default). */
+  format?: 3 | 4 | 5 | 6
   codes?: 'none' | 'int8' | 'int4'
   precision?: 'f32' | 'f16'
   /** Metadata fields indexed for full-text and hybrid search. */
@@ -99,7 +99,7 @@ export interface CompactOptions {
   M?: number
   efConstruction?: number
   threads?: number
-  format?: 3 | 4 | 5
+  format?: 3 | 4 | 5 | 6
   codes?: 'none' | 'int8' | 'int4'
   keepGraph?: boolean
   precision?: 'f32' | 'f16'

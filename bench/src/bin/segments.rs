@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
+use chassis::format::vector::Halves;
 use chassis::graph::{self, Distance, GraphStore, Scratch, VectorRef};
 use chassis::{Index, IndexReader, Metric, Options};
 use chassis_bench::{advise_huge, arg, median, pypi_minilm, read_fvecs};
@@ -54,7 +55,7 @@ impl GraphStore for Flat {
             self.vectors.get(at..at + self.dims).map(VectorRef::F32)
         } else {
             let at = slot as usize * 2 * self.dims;
-            let h = self.halves.get(at..at + 2 * self.dims)?;
+            let h = Halves::side_by_side(self.halves.get(at..at + 2 * self.dims)?);
             Some(if self.exact {
                 VectorRef::SplitExact(h)
             } else {
@@ -107,7 +108,10 @@ fn copy_graph(g: &impl GraphStore, dims: usize, m: usize, huge: bool) -> Flat {
     for s in 0..n {
         match g.vector(s).expect("a committed vector") {
             VectorRef::F32(v) => f.vectors.extend_from_slice(v),
-            VectorRef::Split(h) | VectorRef::SplitExact(h) => f.halves.extend_from_slice(h),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => {
+                f.halves.extend_from_slice(h.high);
+                f.halves.extend_from_slice(h.low);
+            }
             VectorRef::Code(..) | VectorRef::F16(_) => {
                 unreachable!("this harness builds f32 or split-halves files without codes")
             }

@@ -15,13 +15,18 @@
 // Format 3: vectors as f32 (`chassis_create_format`, `chassis_create_codes`).
 #define CHASSIS_FORMAT_F32 3
 
-// Format 4, the default: f32 values stored as split halves, walked by their high halves.
+// Format 4: f32 values stored as split halves side by side, walked by their high halves (for
+// files that releases before format 6 must open).
 #define CHASSIS_FORMAT_SPLIT 4
 
 // Half precision (read version 5): each value stored as an IEEE binary16, rounded to
 // nearest when added (a magnitude of 65,520 or more is `CHASSIS_STATUS_INVALID_VECTOR`); half
 // the vector bytes; distances exact to the stored values, which `chassis_get` returns.
 #define CHASSIS_FORMAT_F16 5
+
+// Format 6, the default: split halves as format 4, a segment's high halves stored together
+// (read version 6; walked faster).
+#define CHASSIS_FORMAT_PLANAR 6
 
 #define CHASSIS_CODES_NONE 0
 
@@ -190,9 +195,10 @@ enum chassis_status chassis_create(const char *path,
                                    size_t ef_construction,
                                    struct chassis_index **out_index);
 
-// [`chassis_create`] in a chosen file format: 4 (`CHASSIS_FORMAT_SPLIT`: split halves, walked
-// faster; the default of `chassis_create`), 3 (`CHASSIS_FORMAT_F32`: f32 vectors, for files
-// that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
+// [`chassis_create`] in a chosen file format: 6 (`CHASSIS_FORMAT_PLANAR`: split halves, walked
+// faster; the default of `chassis_create`), 4 (`CHASSIS_FORMAT_SPLIT`: the same halves side
+// by side, for files that releases before format 6 must open), 3 (`CHASSIS_FORMAT_F32`: f32
+// vectors, for files that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
 // precision, half the vector bytes, each value rounded to the nearest binary16). Any other
 // `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 //

@@ -79,12 +79,16 @@ pub enum chassis_metric {
 /// `codes` of [`chassis_create_codes`]: no codes (searches walk by the vectors).
 /// Format 3: vectors as f32 (`chassis_create_format`, `chassis_create_codes`).
 pub const CHASSIS_FORMAT_F32: u32 = 3;
-/// Format 4, the default: f32 values stored as split halves, walked by their high halves.
+/// Format 4: f32 values stored as split halves side by side, walked by their high halves (for
+/// files that releases before format 6 must open).
 pub const CHASSIS_FORMAT_SPLIT: u32 = 4;
 /// Half precision (read version 5): each value stored as an IEEE binary16, rounded to
 /// nearest when added (a magnitude of 65,520 or more is `CHASSIS_STATUS_INVALID_VECTOR`); half
 /// the vector bytes; distances exact to the stored values, which `chassis_get` returns.
 pub const CHASSIS_FORMAT_F16: u32 = 5;
+/// Format 6, the default: split halves as format 4, a segment's high halves stored together
+/// (read version 6; walked faster).
+pub const CHASSIS_FORMAT_PLANAR: u32 = 6;
 
 pub const CHASSIS_CODES_NONE: u32 = 0;
 /// `codes` of [`chassis_create_codes`]: one int8 code per dimension beside each vector.
@@ -255,14 +259,16 @@ fn metric_code(m: Metric) -> chassis_metric {
     }
 }
 
-/// The vector layout of file format `format` (3 or 4).
+/// The vector layout of file format `format` (3, 4, 5 or 6).
 fn layout_of(format: u32) -> Result<VectorLayout, Fail> {
     match format {
         CHASSIS_FORMAT_F32 => Ok(VectorLayout::F32),
         CHASSIS_FORMAT_SPLIT => Ok(VectorLayout::SplitHalves),
+        CHASSIS_FORMAT_PLANAR => Ok(VectorLayout::SplitPlanar),
         CHASSIS_FORMAT_F16 => Ok(VectorLayout::F16),
         f => Err(Error::InvalidArgument(format!(
-            "format must be 3 (f32 vectors), 4 (split halves) or 5 (half precision), got {f}"
+            "format must be 3 (f32 vectors), 4 (split halves side by side), 5 (half precision) \
+             or 6 (planar split halves, the default), got {f}"
         ))
         .into()),
     }
@@ -273,6 +279,7 @@ fn format_of(layout: VectorLayout) -> u32 {
     match layout {
         VectorLayout::F32 => CHASSIS_FORMAT_F32,
         VectorLayout::SplitHalves => CHASSIS_FORMAT_SPLIT,
+        VectorLayout::SplitPlanar => CHASSIS_FORMAT_PLANAR,
         VectorLayout::F16 => CHASSIS_FORMAT_F16,
     }
 }
@@ -378,15 +385,16 @@ pub unsafe extern "C" fn chassis_create(
             metric,
             m,
             ef_construction,
-            CHASSIS_FORMAT_SPLIT,
+            CHASSIS_FORMAT_PLANAR,
             out_index,
         )
     }
 }
 
-/// [`chassis_create`] in a chosen file format: 4 (`CHASSIS_FORMAT_SPLIT`: split halves, walked
-/// faster; the default of `chassis_create`), 3 (`CHASSIS_FORMAT_F32`: f32 vectors, for files
-/// that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
+/// [`chassis_create`] in a chosen file format: 6 (`CHASSIS_FORMAT_PLANAR`: split halves, walked
+/// faster; the default of `chassis_create`), 4 (`CHASSIS_FORMAT_SPLIT`: the same halves side
+/// by side, for files that releases before format 6 must open), 3 (`CHASSIS_FORMAT_F32`: f32
+/// vectors, for files that releases reading only format 3 must open) or 5 (`CHASSIS_FORMAT_F16`: half
 /// precision, half the vector bytes, each value rounded to the nearest binary16). Any other
 /// `format` is `CHASSIS_STATUS_INVALID_ARGUMENT`.
 ///

@@ -516,6 +516,7 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
                 "metadata_fields": fields_json, "indexed_fields": meta.indexed,
                 "codes": i.codes.name(), "codes_trained": i.codes_trained,
                 "precision": chassis::Precision::of(i.vector_layout).name(),
+                "vector_layout": i.vector_layout.name(),
                 "file_id": i.file_id, "user_version": i.user_version,
                 "text_fields": i.text_fields.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
                 "text_segments": i.text_segments.0,
@@ -536,8 +537,14 @@ pub fn info(path: &Path, json: bool) -> Result<()> {
             (chassis::VectorLayout::F32, _) => "f32 (format 3)",
             (chassis::VectorLayout::F16, _) =>
                 "half precision (format 5): f16 values, distances exact to them",
-            (_, false) => "split halves (format 4), walked by high halves",
-            (_, true) => "split halves (format 4), walked exactly (inner product, or data too fine for halves)",
+            (chassis::VectorLayout::SplitHalves, false) =>
+                "split halves side by side (format 4), walked by high halves",
+            (chassis::VectorLayout::SplitHalves, true) =>
+                "split halves side by side (format 4), walked exactly (inner product, or data too fine for halves)",
+            (chassis::VectorLayout::SplitPlanar, false) =>
+                "planar split halves (format 6), walked by high halves",
+            (chassis::VectorLayout::SplitPlanar, true) =>
+                "planar split halves (format 6), walked exactly (inner product, or data too fine for halves)",
         }
     );
     if i.codes != chassis::CodeKind::None {

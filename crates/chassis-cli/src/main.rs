@@ -44,9 +44,10 @@ enum Command {
         /// Beam width while building.
         #[arg(long, default_value_t = chassis::DEFAULT_EF_CONSTRUCTION)]
         ef_construction: usize,
-        /// File format: 4 (split halves, walked faster; the default) or 3 (f32 vectors, for
-        /// files that releases reading only format 3 must open).
-        #[arg(long, value_parser = parse_format, default_value = "4")]
+        /// File format: 6 (split halves, walked faster, a segment's high halves together; the
+        /// default), 4 (the same halves side by side, for files releases before format 6 must
+        /// open) or 3 (f32 vectors, for files that releases reading only format 3 must open).
+        #[arg(long, value_parser = parse_format, default_value = "6")]
         format: chassis::VectorLayout,
         /// Quantized codes searches walk by: none (the default), int8 (one byte per dimension
         /// beside each vector, trained once the file holds 1,000 vectors) or int4 (half a byte:
@@ -309,7 +310,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         threads: usize,
         /// Format of the new file: 3 (f32 vectors, readable by releases that read only
-        /// format 3) or 4 (split halves). Default: keep the file's.
+        /// format 3), 4 (split halves side by side) or 6 (planar split halves). Default: keep
+        /// the file's.
         #[arg(long, value_parser = parse_format)]
         format: Option<chassis::VectorLayout>,
         /// Codes of the new file: none, int8 or int4. Default: keep the file's.
@@ -394,9 +396,10 @@ fn parse_format(s: &str) -> Result<chassis::VectorLayout, String> {
         "3" => Ok(chassis::VectorLayout::F32),
         "4" => Ok(chassis::VectorLayout::SplitHalves),
         "5" => Ok(chassis::VectorLayout::F16),
+        "6" => Ok(chassis::VectorLayout::SplitPlanar),
         _ => Err(format!(
-            "unknown format '{s}' (3: f32 vectors; 4: split halves, the default; 5: half \
-             precision)"
+            "unknown format '{s}' (3: f32 vectors; 4: split halves side by side; 5: half \
+             precision; 6: planar split halves, the default)"
         )),
     }
 }
@@ -417,7 +420,7 @@ fn layout_with(
             anyhow::bail!("--format 3 stores f32 vectors; --precision f16 is format 5")
         }
         (_, Some(Precision::F16)) => Some(VectorLayout::F16),
-        (Some(VectorLayout::F16) | None, Some(Precision::F32)) => Some(VectorLayout::SplitHalves),
+        (Some(VectorLayout::F16) | None, Some(Precision::F32)) => Some(VectorLayout::default()),
         (f, _) => f,
     })
 }

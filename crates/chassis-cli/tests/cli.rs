@@ -1047,7 +1047,7 @@ fn codes_are_chosen_at_create_and_by_compaction() {
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
     assert_eq!(
         (info["codes"].as_str(), info["write_version"].as_u64()),
-        (Some("none"), Some(4))
+        (Some("none"), Some(6))
     );
     let out = chassis(&[
         "create",
@@ -1120,7 +1120,7 @@ fn half_precision_files_from_the_command() {
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", ps, "--json"])).unwrap();
     assert_eq!(
         (info["precision"].as_str(), info["read_version"].as_u64()),
-        (Some("f32"), Some(4))
+        (Some("f32"), Some(6))
     );
     assert!(ok(&["check", ps]).contains("ok"));
 }

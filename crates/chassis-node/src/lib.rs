@@ -269,7 +269,7 @@ fn codes_of(s: &str) -> napi::Result<chassis::CodeKind> {
         .ok_or_else(|| invalid(format!("codes must be 'none', 'int8' or 'int4', got {s:?}")))
 }
 
-/// The vector layout that `format` (3, 4, 5 or 0 for the default) and `precision` name.
+/// The vector layout that `format` (3, 4, 5, 6 or 0 for the default) and `precision` name.
 fn layout_of(format: u32, precision: &str) -> napi::Result<VectorLayout> {
     let precision = chassis::Precision::parse(precision).ok_or_else(|| {
         invalid(format!(
@@ -284,10 +284,12 @@ fn layout_of(format: u32, precision: &str) -> napi::Result<VectorLayout> {
         }
         (_, chassis::Precision::F16) | (5, _) => VectorLayout::F16,
         (3, _) => VectorLayout::F32,
-        (0 | 4, _) => VectorLayout::SplitHalves,
+        (4, _) => VectorLayout::SplitHalves,
+        (0 | 6, _) => VectorLayout::SplitPlanar,
         (f, _) => {
             return Err(invalid(format!(
-                "format must be 3 (f32 vectors), 4 (split halves) or 5 (half precision), got {f}"
+                "format must be 3 (f32 vectors), 4 (split halves side by side), 5 (half \
+                 precision) or 6 (planar split halves, the default), got {f}"
             )))
         }
     })
@@ -298,6 +300,7 @@ fn format_of(layout: VectorLayout) -> u32 {
         VectorLayout::F32 => 3,
         VectorLayout::SplitHalves => 4,
         VectorLayout::F16 => 5,
+        VectorLayout::SplitPlanar => 6,
     }
 }
 

@@ -143,8 +143,12 @@ test('one writer, readers beside it, dispose, compact and backup', async (t) => 
     assert.equal(report.live, 600)
     assert.equal(report.fullCopy, true)
     await ix.delete([0n, 1n, 2n])
+    assert.equal(ix.info().format, 6, 'the default layout: planar split halves')
     await ix.compact({ M: 24, threads: 1 })
     assert.equal(ix.info().M, 24)
+    assert.equal(ix.size, 597)
+    await ix.compact({ format: 4, keepGraph: true })
+    assert.deepEqual([ix.info().format, ix.info().readVersion], [4, 4])
     assert.equal(ix.size, 597)
   } finally {
     disposable[Symbol.dispose]()

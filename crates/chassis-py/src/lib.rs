@@ -332,14 +332,17 @@ fn parse_docs(texts: &[String]) -> PyResult<Vec<Metadata>> {
         .collect()
 }
 
-/// The vector layout of a file format: 3 (f32 vectors) or 4 (split halves).
+/// The vector layout of a file format: 3 (f32 vectors), 4 (split halves side by side), 5
+/// (half precision) or 6 (planar split halves).
 fn layout_of(format: u32) -> PyResult<VectorLayout> {
     match format {
         3 => Ok(VectorLayout::F32),
         4 => Ok(VectorLayout::SplitHalves),
         5 => Ok(VectorLayout::F16),
+        6 => Ok(VectorLayout::SplitPlanar),
         f => Err(InvalidArgumentError::new_err(format!(
-            "format must be 3 (f32 vectors), 4 (split halves) or 5 (half precision), got {f}"
+            "format must be 3 (f32 vectors), 4 (split halves side by side), 5 (half \
+             precision) or 6 (planar split halves, the default), got {f}"
         ))),
     }
 }
@@ -364,8 +367,9 @@ fn layout_with(format: Option<u32>, precision: Option<&str>) -> PyResult<Option<
             ))
         }
         (_, Some(chassis::Precision::F16)) => Some(VectorLayout::F16),
-        (Some(VectorLayout::F16), Some(chassis::Precision::F32)) => Some(VectorLayout::SplitHalves),
-        (None, Some(chassis::Precision::F32)) => Some(VectorLayout::SplitHalves),
+        (Some(VectorLayout::F16) | None, Some(chassis::Precision::F32)) => {
+            Some(VectorLayout::default())
+        }
         (l, _) => l,
     })
 }
@@ -403,6 +407,7 @@ fn format_of(layout: VectorLayout) -> u32 {
         VectorLayout::F32 => 3,
         VectorLayout::SplitHalves => 4,
         VectorLayout::F16 => 5,
+        VectorLayout::SplitPlanar => 6,
     }
 }
 

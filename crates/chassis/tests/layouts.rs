@@ -1,4 +1,5 @@
-//! Both vector layouts (format 3's f32 and format 4's split halves) through the public API:
+//! The exact vector layouts (format 3's f32, format 4's split halves side by side and format
+//! 6's planar split halves) through the public API:
 //! stored vectors come back bit for bit, returned distances are exact, recall matches brute
 //! force, and a reader sees what the writer wrote.
 
@@ -8,7 +9,11 @@ use chassis::graph::distance::reference;
 use chassis::{Index, IndexReader, Metric, Options, VectorLayout};
 use common::{brute_force, clustered};
 
-const LAYOUTS: [VectorLayout; 2] = [VectorLayout::F32, VectorLayout::SplitHalves];
+const LAYOUTS: [VectorLayout; 3] = [
+    VectorLayout::F32,
+    VectorLayout::SplitHalves,
+    VectorLayout::SplitPlanar,
+];
 
 #[test]
 fn every_layout_keeps_vectors_exactly_and_returns_exact_distances() {
@@ -25,12 +30,12 @@ fn every_layout_keeps_vectors_exactly_and_returns_exact_distances() {
             ix.flush().unwrap();
             let info = ix.info().unwrap();
             assert_eq!(info.vector_layout, layout);
-            let version = if layout == VectorLayout::F32 { 3 } else { 4 };
+            let version = layout.read_version();
             assert_eq!(info.versions, (version, version), "{layout:?}");
             // Inner-product files are walked exactly; these clusters are not too fine.
             assert_eq!(
                 info.exact_walk,
-                layout == VectorLayout::SplitHalves && metric == Metric::InnerProduct
+                layout.is_split() && metric == Metric::InnerProduct
             );
             let reader = IndexReader::open(&path).unwrap();
             let mut hits = 0;

@@ -263,7 +263,7 @@ fn the_user_version_is_committed_with_the_data() {
     let path = dir.path().join("u.chassis");
     let data = clustered(40, 4, 2, 7);
     let ix = Index::create(&path, common::small(4, Metric::L2Squared, 8, 32)).unwrap();
-    assert_eq!(ix.info().unwrap().versions.1, 4);
+    assert_eq!(ix.info().unwrap().versions.1, 6);
     let reader = IndexReader::open(&path).unwrap();
     ix.add_batch(&data[..20].concat(), 1).unwrap();
     ix.set_user_version(7).unwrap();

@@ -405,14 +405,14 @@ int main(int argc, char **argv) {
     CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK, "info");
     /* 51 documents added with metadata and one with text, one deleted. */
     CHECK(info.count == 2 * N - 100 + 51 + 1 - 1 && info.dims == DIMS && info.metric == CHASSIS_METRIC_COSINE &&
-              info.m == 16 && info.ef_construction == 100 && info.format == 4 && !info.read_only,
+              info.m == 16 && info.ef_construction == 100 && info.format == CHASSIS_FORMAT_PLANAR && !info.read_only,
           "info: count %llu dims %zu m %zu ef %zu format %u metric %d ro %d", (unsigned long long)info.count,
           info.dims, info.m, info.ef_construction, info.format, (int)info.metric, (int)info.read_only);
     CHECK(info.read_version >= 4 && info.write_version >= info.read_version, "versions %u %u",
           info.read_version, info.write_version);
     chassis_index_info rinfo;
     CHECK(chassis_reader_info(r, &rinfo) == CHASSIS_STATUS_OK && rinfo.count == info.count + 1 &&
-              rinfo.dims == DIMS && rinfo.format == 4 && rinfo.read_only && rinfo.m == 16 &&
+              rinfo.dims == DIMS && rinfo.format == CHASSIS_FORMAT_PLANAR && rinfo.read_only && rinfo.m == 16 &&
               rinfo.committed_count == info.committed_count,
           "reader info: count %llu", (unsigned long long)rinfo.count);
     CHECK(chassis_info(ix, NULL) == CHASSIS_STATUS_NULL_POINTER, "info into null");
@@ -431,9 +431,18 @@ int main(int argc, char **argv) {
               info.metric == CHASSIS_METRIC_COSINE && info.m == 8 && info.ef_construction == 50,
           "format 3 info: format %u read %u", info.format, info.read_version);
     chassis_close(ix);
-    snprintf(path3, sizeof path3, "%s/f6.chassis", dir);
-    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 6, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
-          "format 6 refused");
+    snprintf(path3, sizeof path3, "%s/f7.chassis", dir);
+    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, 7, &ix) == CHASSIS_STATUS_INVALID_ARGUMENT,
+          "format 7 refused");
+    /* Format 4 on request: split halves side by side, for releases before format 6. */
+    snprintf(path3, sizeof path3, "%s/f4.chassis", dir);
+    CHECK(chassis_create_format(path3, DIMS, CHASSIS_METRIC_L2, 0, 0, CHASSIS_FORMAT_SPLIT, &ix) ==
+              CHASSIS_STATUS_OK,
+          "create format 4");
+    CHECK(chassis_info(ix, &info) == CHASSIS_STATUS_OK && info.format == CHASSIS_FORMAT_SPLIT &&
+              info.read_version == 4,
+          "format 4: format %u read version %u", info.format, info.read_version);
+    chassis_close(ix);
 
     /* Int8 codes: chosen at create, trained at 1,000 vectors, exact distances, by compaction. */
     {

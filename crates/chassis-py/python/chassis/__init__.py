@@ -318,7 +318,7 @@ class Index:
         metric: str = "cosine",
         M: int = 16,
         ef_construction: int = 200,
-        format: int = 4,
+        format: int = 6,
         codes: str = "none",
         precision: str = "f32",
         text_fields=None,
@@ -328,9 +328,11 @@ class Index:
         ``metric`` is ``"cosine"`` (vectors are normalised when stored; distance 1 - cos),
         ``"l2"`` (squared Euclidean) or ``"ip"`` (distance 1 - inner product); it is fixed for
         the life of the file. ``M`` is the neighbors per node (layer 0 keeps 2M);
-        ``ef_construction`` the beam width while building. ``format`` 4 (the default) stores
-        vectors as split halves, which searches walk faster; 3 stores plain f32 vectors, for
-        files that releases reading only format 3 must open. ``codes="int8"`` keeps a one-byte
+        ``ef_construction`` the beam width while building. ``format`` 6 (the default) stores
+        vectors as split halves, which searches walk faster, a segment's high halves together;
+        4 stores the same halves side by side in each vector, for files that releases before
+        format 6 must open; 3 stores plain f32 vectors, for files that releases reading only
+        format 3 must open. ``codes="int8"`` keeps a one-byte
         code per dimension beside each vector (trained once the file holds 1,000 vectors):
         searches walk the graph by the codes, reading a quarter of the bytes, and rank what
         they find by exact distance, so every returned distance stays exact. ``codes="int4"``
@@ -623,7 +625,7 @@ class Index:
         then rename it over the path: reclaims deleted vectors' space and is the only way to
         change ``M``. Flushes first; every id survives. Needs free space for a second copy.
         ``threads`` link the rebuilt graph as in ``add`` (0: one per CPU; 1: the same graph
-        on every run). ``format``: 3 or 4 for the new file, ``codes``: ``"int8"``,
+        on every run). ``format``: 3, 4 or 6 for the new file, ``codes``: ``"int8"``,
         ``"int4"`` or ``"none"`` (default for both: keep the file's). ``keep_graph=True``
         copies the graph as it is instead of rebuilding it, its slots renumbered so that
         neighbors sit near each other in the file (searches then read fewer pages and cache
@@ -794,7 +796,7 @@ class Collection:
         shards: int = 4,
         M: int = 16,
         ef_construction: int = 200,
-        format: int = 4,
+        format: int = 6,
         codes: str = "none",
         precision: str = "f32",
     ) -> "Collection":

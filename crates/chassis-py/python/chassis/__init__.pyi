@@ -39,7 +39,7 @@ class Index:
         metric: str = "cosine",
         M: int = 16,
         ef_construction: int = 200,
-        format: int = 4,
+        format: int = 6,
         codes: str = "none",
         precision: str = "f32",
         text_fields: Optional[Union[_TextField, Sequence[_TextField]]] = None,
@@ -141,7 +141,7 @@ class Collection:
         shards: int = 4,
         M: int = 16,
         ef_construction: int = 200,
-        format: int = 4,
+        format: int = 6,
         codes: str = "none",
         precision: str = "f32",
     ) -> "Collection": ...

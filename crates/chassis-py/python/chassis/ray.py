@@ -208,7 +208,7 @@ def build(
     metric: str = "cosine",
     M: int = 16,
     ef_construction: int = 200,
-    format: int = 4,
+    format: int = 6,
     num_cpus: float = 1,
 ) -> chassis.Collection:
     """Build a new collection at ``path`` from rows (``vectors``, optional ``ids`` and

@@ -6,7 +6,9 @@
 //! slot s ≥ B in segment K + ((s − B) >> log2 C) at offset (s − B) & (C − 1).
 //!
 //! A segment holds three parallel arrays: `slots` 24-byte slot headers, then `slots` vectors of
-//! `4·dims` bytes, then `slots` level-0 records of `8 + 8M` bytes ([`SegmentLayout`]).
+//! `4·dims` bytes, then `slots` level-0 records of `8 + 8M` bytes ([`SegmentLayout`]). Planar
+//! split halves divide the vector array in two planes: every slot's `2·dims` bytes of high
+//! halves, then every slot's low halves ([`SegmentLayout::vector_parts`]).
 //! Heap chunk k holds h·2^min(k, Kh) bytes (h = 2^heap_chunk_base_log2).
 //!
 //! Invariant: every function here is total over the ranges [`Geometry::validate`] accepts,
@@ -230,6 +232,10 @@ pub struct SegmentLayout {
     pub headers_at: u64,
     /// Offset of the vector array: `24·slots`.
     pub vectors_at: u64,
+    /// The vector array's planes, as (offset, bytes per slot): one plane of whole vectors
+    /// (the second plane's bytes 0), or for planar split halves the high halves' plane at
+    /// `vectors_at` and the low halves' after it ([`VectorLayout::plane_bytes`]).
+    pub vector_planes: [(u64, u64); 2],
     /// Offset of the level-0 record array: `(24 + 4·dims)·slots`.
     pub records_at: u64,
     /// Offset of the aux array (ε and ‖v‖ per slot): `(24 + 4·dims + 8 + 8M)·slots`; equal
@@ -284,6 +290,8 @@ impl SegmentLayout {
         codes: CodeKind,
     ) -> SegmentLayout {
         let vectors_at = record::SLOT_HEADER_BYTES * slots;
+        let [high, low] = layout.plane_bytes(dims);
+        let vector_planes = [(vectors_at, high), (vectors_at + high * slots, low)];
         let records_at = vectors_at + layout.vector_bytes(dims) * slots;
         let aux_at = records_at + record::level0_record_bytes(m) * slots;
         let code_bytes = codes.code_bytes(dims);
@@ -297,12 +305,21 @@ impl SegmentLayout {
             slots,
             headers_at: 0,
             vectors_at,
+            vector_planes,
             records_at,
             aux_at,
             codes_at,
             code_bytes,
             bytes,
         }
+    }
+
+    /// Where slot `off`'s vector bytes lie in the segment, as (offset, length) for each
+    /// plane: its [`super::vector::encode`]d bytes cut in [`VectorLayout::plane_bytes`] parts
+    /// (one part, the second of length 0, in every layout but planar split halves).
+    #[inline]
+    pub fn vector_parts(&self, off: u64) -> [(u64, u64); 2] {
+        self.vector_planes.map(|(at, each)| (at + off * each, each))
     }
 }
 
@@ -399,6 +416,29 @@ mod tests {
         assert_eq!(l.vectors_at, 16 * 24);
         assert_eq!(l.records_at, 16 * 24 + 16 * 12);
         assert_eq!(l.bytes, 16 * (24 + 12 + 136));
+        assert_eq!(
+            l.vector_parts(5),
+            [(16 * 24 + 5 * 12, 12), (16 * 24 + 16 * 12, 0)]
+        );
+    }
+
+    /// Planar split halves: the same arrays, the vector array in a high plane then a low
+    /// one, slot `i`'s halves at the same index of each.
+    #[test]
+    fn planar_vectors_keep_high_halves_apart_from_low_halves() {
+        let l = SegmentLayout::of(16, 3, 16, VectorLayout::SplitPlanar, CodeKind::None);
+        assert_eq!(l, {
+            let mut side = SegmentLayout::of(16, 3, 16, VectorLayout::SplitHalves, CodeKind::None);
+            side.vector_planes = l.vector_planes;
+            side
+        });
+        let v = 16 * 24;
+        assert_eq!(l.vector_parts(0), [(v, 6), (v + 16 * 6, 6)]);
+        assert_eq!(
+            l.vector_parts(15),
+            [(v + 15 * 6, 6), (v + 16 * 6 + 15 * 6, 6)]
+        );
+        assert_eq!(l.vector_parts(15)[1].0 + 6, l.records_at);
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub const FIELDS: &[(&str, usize, usize)] = &[
 pub const FLAG_CUSTOM_IDS: u32 = 1;
 /// Flag bit: this file has been replaced by another at the same path (decision 8).
 pub const FLAG_SUPERSEDED: u32 = 2;
-/// Flag bit (format 4): searches walk this file's split vectors by exact distances, because
+/// Flag bit (formats 4 and 6): searches walk this file's split vectors by exact distances, because
 /// its data is too fine for their high halves (set once by the writer, never cleared).
 pub const FLAG_EXACT_WALK: u32 = 4;
 /// Flag bits this release knows.
@@ -829,6 +829,13 @@ pub(crate) mod tests {
         h.read_version = 5;
         assert_eq!(Header::decode(&h.encode(), 0).ok(), Some(h.clone()));
         h.vector_layout = 3;
+        assert!(
+            matches!(Header::decode(&h.encode(), 0), Err(Error::Corrupt { .. })),
+            "planar split halves need read version 6"
+        );
+        h.read_version = 6;
+        assert_eq!(Header::decode(&h.encode(), 0).ok(), Some(h.clone()));
+        h.vector_layout = 4;
         assert!(matches!(
             Header::decode(&h.encode(), 0),
             Err(Error::Corrupt { .. })

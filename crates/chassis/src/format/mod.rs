@@ -26,9 +26,10 @@ pub mod vector;
 /// Bytes 0–7 of both header copies, forever (decision 7).
 pub const MAGIC: [u8; 8] = *b"CHASSIS\0";
 /// The newest read version this release can read (decision 7). New files get the read
-/// version their vector layout needs ([`vector::VectorLayout::read_version`]): 4 for the
-/// default split halves, 3 for f32.
-pub const READ_VERSION: u32 = 5;
+/// version their vector layout needs ([`vector::VectorLayout::read_version`]): 6 for the
+/// default planar split halves, 5 for half precision, 4 for split halves side by side, 3 for
+/// f32.
+pub const READ_VERSION: u32 = 6;
 /// The newest write version this release may modify (decision 7). New files get their
 /// layout's read version here too; a file's write version becomes
 /// [`METADATA_WRITE_VERSION`] when it first holds metadata.

@@ -9,7 +9,13 @@
 //! the results it returns. Half precision ([`VectorLayout::F16`], read version 5) stores each
 //! value as an IEEE 754 binary16 (`dims` little-endian u16, padded to a multiple of 4 bytes
 //! with a zero half): half the bytes, each value rounded to nearest (ties to even) when it is
-//! stored; the stored halves are the vector from then on.
+//! stored; the stored halves are the vector from then on. Planar split halves
+//! ([`VectorLayout::SplitPlanar`], read version 6, the default) hold the same halves as the
+//! split layout but not side by side: a segment keeps every slot's high halves in one plane
+//! and every slot's low halves in a second plane after it
+//! ([`super::geometry::SegmentLayout::vector_part`]), so the bytes a walk reads lie
+//! `2 · dims` apart instead of `4 · dims` (at 128 dimensions this halves the time a walk
+//! waits for memory: docs/decisions/0009).
 //!
 //! Invariant: [`encode`] then [`VectorRef::decode_into`] over the mapped bytes gives back `v`
 //! bit for bit, for every f32 (NaN payloads included), in the f32 and split layouts; in F16,
@@ -21,11 +27,14 @@ pub enum VectorLayout {
     /// Format 3: `dims` little-endian f32.
     F32,
     /// Format 4: `dims` little-endian u16 high halves, then `dims` u16 low halves.
-    #[default]
     SplitHalves,
     /// Half precision (read version 5): `dims` little-endian IEEE binary16, padded to a
     /// multiple of 4 bytes.
     F16,
+    /// Planar split halves (read version 6): the split layout's `dims` high halves in a
+    /// segment's high plane, its `dims` low halves in the low plane.
+    #[default]
+    SplitPlanar,
 }
 
 /// Header code of [`VectorLayout::F32`].
@@ -34,6 +43,8 @@ pub const LAYOUT_F32: u32 = 0;
 pub const LAYOUT_SPLIT_HALVES: u32 = 1;
 /// Header code of [`VectorLayout::F16`].
 pub const LAYOUT_F16: u32 = 2;
+/// Header code of [`VectorLayout::SplitPlanar`].
+pub const LAYOUT_SPLIT_PLANAR: u32 = 3;
 
 /// The largest magnitude a finite f32 may have to be stored in half precision: from 65,520
 /// on it rounds to infinity (the largest half is 65,504).
@@ -46,6 +57,7 @@ impl VectorLayout {
             VectorLayout::F32 => LAYOUT_F32,
             VectorLayout::SplitHalves => LAYOUT_SPLIT_HALVES,
             VectorLayout::F16 => LAYOUT_F16,
+            VectorLayout::SplitPlanar => LAYOUT_SPLIT_PLANAR,
         }
     }
 
@@ -55,18 +67,48 @@ impl VectorLayout {
             LAYOUT_F32 => Some(VectorLayout::F32),
             LAYOUT_SPLIT_HALVES => Some(VectorLayout::SplitHalves),
             LAYOUT_F16 => Some(VectorLayout::F16),
+            LAYOUT_SPLIT_PLANAR => Some(VectorLayout::SplitPlanar),
             _ => None,
         }
     }
 
     /// The oldest read version that knows this layout (format 3 knows only f32, format 4
     /// split halves too; half precision needs read version 5: a release before it would take
-    /// the halves for f32 values).
+    /// the halves for f32 values; planar split halves 6: a release before it would take two
+    /// slots' high halves for one slot's vector).
     pub fn read_version(self) -> u32 {
         match self {
             VectorLayout::F32 => 3,
             VectorLayout::SplitHalves => 4,
             VectorLayout::F16 => 5,
+            VectorLayout::SplitPlanar => 6,
+        }
+    }
+
+    /// The layout's name: `f32`, `split_halves`, `f16` or `split_planar` (as `chassis info
+    /// --json` shows it).
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorLayout::F32 => "f32",
+            VectorLayout::SplitHalves => "split_halves",
+            VectorLayout::F16 => "f16",
+            VectorLayout::SplitPlanar => "split_planar",
+        }
+    }
+
+    /// Whether vectors are stored as split halves (side by side or planar): a walk reads
+    /// their high halves, and header flag `exact_walk` means something.
+    pub fn is_split(self) -> bool {
+        matches!(self, VectorLayout::SplitHalves | VectorLayout::SplitPlanar)
+    }
+
+    /// How many bytes of a vector's [`encode`]d bytes lie in each plane of a segment's
+    /// vector array: all of them in one plane, or for planar split halves the first
+    /// `2 · dims` (the high halves) in the first plane and the rest in the second.
+    pub fn plane_bytes(self, dims: u32) -> [u64; 2] {
+        match self {
+            VectorLayout::SplitPlanar => [2 * u64::from(dims), 2 * u64::from(dims)],
+            l => [l.vector_bytes(dims), 0],
         }
     }
 
@@ -74,7 +116,9 @@ impl VectorLayout {
     /// precision (every vector starts 4-aligned).
     pub fn vector_bytes(self, dims: u32) -> u64 {
         match self {
-            VectorLayout::F32 | VectorLayout::SplitHalves => 4 * u64::from(dims),
+            VectorLayout::F32 | VectorLayout::SplitHalves | VectorLayout::SplitPlanar => {
+                4 * u64::from(dims)
+            }
             VectorLayout::F16 => 4 * u64::from(dims).div_ceil(2),
         }
     }
@@ -97,17 +141,43 @@ pub fn from_f16(h: u16) -> f32 {
     half::f16::from_bits(h).to_f32()
 }
 
+/// A split vector's halves as mapped from a file: `dims` high halves and `dims` low halves,
+/// side by side ([`VectorLayout::SplitHalves`]) or each in its plane
+/// ([`VectorLayout::SplitPlanar`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Halves<'a> {
+    /// Bits 31–16 of each value: what a walk reads.
+    pub high: &'a [u16],
+    /// Bits 15–0 of each value.
+    pub low: &'a [u16],
+}
+
+impl<'a> Halves<'a> {
+    /// The halves of a vector stored side by side: `2 · dims` halves, the high ones first.
+    pub fn side_by_side(h: &'a [u16]) -> Halves<'a> {
+        let (high, low) = h.split_at(h.len() / 2);
+        Halves { high, low }
+    }
+
+    /// Whether the low halves follow the high halves in memory ([`VectorLayout::SplitHalves`]),
+    /// rather than lying in a plane of their own.
+    #[inline]
+    pub fn is_side_by_side(&self) -> bool {
+        std::ptr::eq(self.high.as_ptr_range().end, self.low.as_ptr())
+    }
+}
+
 /// A stored vector as mapped from a file: its values in the file's layout (the slices point
 /// into a mapping, so a search reads only the bytes it needs).
 #[derive(Clone, Copy, Debug)]
 pub enum VectorRef<'a> {
     /// [`VectorLayout::F32`]: `dims` values.
     F32(&'a [f32]),
-    /// [`VectorLayout::SplitHalves`]: `2 · dims` halves, the high ones first.
-    Split(&'a [u16]),
+    /// [`VectorLayout::SplitHalves`] or [`VectorLayout::SplitPlanar`]: the vector's halves.
+    Split(Halves<'a>),
     /// The same, in a file whose searches must walk by exact distances (its data is too fine
     /// for high halves; header flag `exact_walk`).
-    SplitExact(&'a [u16]),
+    SplitExact(Halves<'a>),
     /// [`VectorLayout::F16`]: `dims` binary16 values (the padding half is not in the slice).
     F16(&'a [u16]),
     /// A vector's code ([`super::codes`]; an int4 one packed, two values to a byte) and the
@@ -123,7 +193,7 @@ impl<'a> VectorRef<'a> {
     pub fn dims(&self) -> usize {
         match self {
             VectorRef::F32(v) => v.len(),
-            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.len() / 2,
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.high.len(),
             VectorRef::F16(h) => h.len(),
             VectorRef::Code(_, book) => book.dims(),
         }
@@ -140,7 +210,8 @@ impl<'a> VectorRef<'a> {
     pub fn as_ptr(&self) -> *const u8 {
         match self {
             VectorRef::F32(v) => v.as_ptr().cast(),
-            VectorRef::Split(h) | VectorRef::SplitExact(h) | VectorRef::F16(h) => h.as_ptr().cast(),
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => h.high.as_ptr().cast(),
+            VectorRef::F16(h) => h.as_ptr().cast(),
             VectorRef::Code(c, _) => c.as_ptr(),
         }
     }
@@ -151,19 +222,26 @@ impl<'a> VectorRef<'a> {
     pub fn walk_bytes(&self) -> usize {
         match self {
             VectorRef::F32(v) => 4 * v.len(),
-            VectorRef::Split(h) => h.len(),
-            VectorRef::SplitExact(h) | VectorRef::F16(h) => 2 * h.len(),
+            VectorRef::Split(h) => 2 * h.high.len(),
+            VectorRef::SplitExact(h) => 4 * h.high.len(),
+            VectorRef::F16(h) => 2 * h.len(),
             VectorRef::Code(c, _) => c.len(),
         }
     }
 
-    /// Every byte the stored vector takes (all of a split one, the walk reads half; a code's).
+    /// Where the stored bytes lie, as (first byte, length) pairs: one range, or a split
+    /// vector's high halves then its low halves (the second empty for the others).
     #[inline]
-    pub fn stored_bytes(&self) -> usize {
+    pub fn stored_parts(&self) -> [(*const u8, usize); 2] {
+        let none = (std::ptr::null(), 0);
         match self {
-            VectorRef::F32(v) => 4 * v.len(),
-            VectorRef::Split(h) | VectorRef::SplitExact(h) | VectorRef::F16(h) => 2 * h.len(),
-            VectorRef::Code(c, _) => c.len(),
+            VectorRef::F32(v) => [(v.as_ptr().cast(), 4 * v.len()), none],
+            VectorRef::Split(h) | VectorRef::SplitExact(h) => [
+                (h.high.as_ptr().cast(), 2 * h.high.len()),
+                (h.low.as_ptr().cast(), 2 * h.low.len()),
+            ],
+            VectorRef::F16(h) => [(h.as_ptr().cast(), 2 * h.len()), none],
+            VectorRef::Code(c, _) => [(c.as_ptr(), c.len()), none],
         }
     }
 
@@ -173,8 +251,7 @@ impl<'a> VectorRef<'a> {
         match self {
             VectorRef::F32(v) => out.copy_from_slice(v),
             VectorRef::Split(h) | VectorRef::SplitExact(h) => {
-                let (high, low) = h.split_at(out.len());
-                for ((o, &hi), &lo) in out.iter_mut().zip(high).zip(low) {
+                for ((o, &hi), &lo) in out.iter_mut().zip(h.high).zip(h.low) {
                     *o = join(hi, lo);
                 }
             }
@@ -202,7 +279,9 @@ impl<'a> VectorRef<'a> {
 
 /// Writes `v` in `layout` into `out` (exactly `layout.vector_bytes(v.len())` bytes). In half
 /// precision each value is rounded to the nearest half (the caller refused values that would
-/// round to infinity) and the padding half is zero.
+/// round to infinity) and the padding half is zero. Planar split halves are encoded as the
+/// split layout's (high halves, then low halves): a segment's planes take the two parts
+/// ([`VectorLayout::plane_bytes`]).
 ///
 /// # Panics
 /// If `out` has another length (a caller's bug, never file contents).
@@ -224,7 +303,7 @@ pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
                 o.copy_from_slice(&x.to_le_bytes());
             }
         }
-        VectorLayout::SplitHalves => {
+        VectorLayout::SplitHalves | VectorLayout::SplitPlanar => {
             let (high, low) = out.split_at_mut(2 * v.len());
             for ((h, l), x) in high.chunks_exact_mut(2).zip(low.chunks_exact_mut(2)).zip(v) {
                 let bits = x.to_bits();
@@ -236,7 +315,7 @@ pub fn encode(layout: VectorLayout, v: &[f32], out: &mut [u8]) {
 }
 
 /// Appends to `out` the values of a vector stored in `layout` as `bytes` (as [`encode`] wrote
-/// them: 4 · dims of them, or in half precision 2 · dims and the padding), the inverse of
+/// them, a planar vector's two parts joined: 4 · dims of them, or in half precision 2 · dims and the padding), the inverse of
 /// [`encode`], for vectors read into a buffer rather than lent from a mapping. A trailing
 /// partial value (a length not a multiple of 4) is ignored; in half precision `dims` says
 /// how many values there are (the padding half is not one).
@@ -263,7 +342,7 @@ pub fn decode_bytes(layout: VectorLayout, bytes: &[u8], out: &mut Vec<f32>) {
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         ),
-        VectorLayout::SplitHalves => {
+        VectorLayout::SplitHalves | VectorLayout::SplitPlanar => {
             let (high, low) = bytes[..4 * dims].split_at(2 * dims);
             out.extend(high.chunks_exact(2).zip(low.chunks_exact(2)).map(|(h, l)| {
                 join(
@@ -305,7 +384,11 @@ mod tests {
     #[test]
     fn decode_bytes_inverts_encode_in_every_layout() {
         let v: Vec<f32> = (0..37).map(|i| (i as f32 - 18.5) * 0.731 + 1e-3).collect();
-        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+        for layout in [
+            VectorLayout::F32,
+            VectorLayout::SplitHalves,
+            VectorLayout::SplitPlanar,
+        ] {
             let mut bytes = vec![0u8; 4 * v.len()];
             encode(layout, &v, &mut bytes);
             let mut out = vec![9.0];
@@ -354,7 +437,7 @@ mod tests {
                     .collect();
                 let view = match layout {
                     VectorLayout::F32 => VectorRef::F32(&floats),
-                    VectorLayout::SplitHalves | VectorLayout::F16 => VectorRef::Split(&words),
+                    _ => VectorRef::Split(Halves::side_by_side(&words)),
                 };
                 let mut back = Vec::new();
                 view.decode_into(&mut back);
@@ -376,10 +459,15 @@ mod tests {
             VectorLayout::F32,
             VectorLayout::SplitHalves,
             VectorLayout::F16,
+            VectorLayout::SplitPlanar,
         ] {
             assert_eq!(VectorLayout::from_code(layout.code()), Some(layout));
+            let planes = layout.plane_bytes(5);
+            assert_eq!(planes[0] + planes[1], layout.vector_bytes(5), "{layout:?}");
         }
-        assert_eq!(VectorLayout::from_code(3), None);
+        assert_eq!(VectorLayout::from_code(4), None);
+        assert_eq!(VectorLayout::SplitPlanar.plane_bytes(5), [10, 10]);
+        assert_eq!(VectorLayout::default(), VectorLayout::SplitPlanar);
     }
 
     /// Half precision: each value becomes the nearest binary16 (ties to even), the padding

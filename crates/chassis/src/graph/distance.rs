@@ -475,7 +475,7 @@ impl Distance {
         match v {
             VectorRef::F32(b) => (self.kernel)(q, b),
             VectorRef::F16(h) => (self.f16)(q, h),
-            VectorRef::Split(h) => (self.halves)(q, &h[..h.len() / 2]),
+            VectorRef::Split(h) => (self.halves)(q, h.high),
             VectorRef::SplitExact(_) => JOINED.with(|buf| {
                 let mut buf = buf.borrow_mut();
                 v.decode_into(&mut buf);
@@ -510,9 +510,9 @@ impl Distance {
     /// between their values; otherwise from `a` decoded exactly to `b` by [`Distance::walk`].
     pub fn between(&self, a: VectorRef<'_>, b: VectorRef<'_>) -> f32 {
         match (a, b) {
-            (VectorRef::Split(x), VectorRef::Split(y)) if x.len() == y.len() => {
+            (VectorRef::Split(x), VectorRef::Split(y)) if x.high.len() == y.high.len() => {
                 if let Some(pair) = self.halves_pair {
-                    return pair(&x[..x.len() / 2], &y[..y.len() / 2]);
+                    return pair(x.high, y.high);
                 }
             }
             (VectorRef::F16(x), VectorRef::F16(y)) if x.len() == y.len() => {
@@ -776,7 +776,7 @@ fn halves_group<'a>(n: usize, group: &[VectorRef<'a>]) -> Option<[&'a [u16]; BAT
     let mut out: [&[u16]; BATCH_WIDTH] = [&[]; BATCH_WIDTH];
     for (j, o) in out.iter_mut().enumerate() {
         match group.get(j).or(group.last()) {
-            Some(VectorRef::Split(h)) if h.len() / 2 >= n => *o = &h[..h.len() / 2],
+            Some(VectorRef::Split(h)) if h.high.len() >= n => *o = h.high,
             _ => return None,
         }
     }
@@ -1089,7 +1089,10 @@ mod tests {
                     let a = data(n, 3);
                     let vs: Vec<Vec<f32>> = (0..11).map(|j| data(n, 200 + j)).collect();
                     let halves: Vec<Vec<u16>> = vs.iter().map(|v| split(v)).collect();
-                    let refs: Vec<VectorRef> = halves.iter().map(|h| VectorRef::Split(h)).collect();
+                    let refs: Vec<VectorRef> = halves
+                        .iter()
+                        .map(|h| VectorRef::Split(crate::format::vector::Halves::side_by_side(h)))
+                        .collect();
                     let mut out = vec![f32::NAN; refs.len() + 1];
                     d.walk_many(&a, &refs, &mut out);
                     assert!(out[refs.len()].is_nan(), "wrote past the batch");
@@ -1135,9 +1138,14 @@ mod tests {
                             .collect()
                     };
                     let (sa, sb) = (split(&a), split(&b));
-                    let got = d.between(VectorRef::Split(&sa), VectorRef::Split(&sb));
+                    let got = d.between(
+                        VectorRef::Split(crate::format::vector::Halves::side_by_side(&sa)),
+                        VectorRef::Split(crate::format::vector::Halves::side_by_side(&sb)),
+                    );
                     let want = reference::distance(metric, &high(&a), &high(&b));
-                    let direct = d.pairs_directly(VectorRef::Split(&sa));
+                    let direct = d.pairs_directly(VectorRef::Split(
+                        crate::format::vector::Halves::side_by_side(&sa),
+                    ));
                     // Without a pair kernel, one side is decoded exactly.
                     let want = if direct {
                         want
@@ -1159,8 +1167,17 @@ mod tests {
                         (got - want).abs() <= tol(want),
                         "{metric:?} {level:?} n={n} f16: {got} vs {want}"
                     );
-                    let got = d.between(VectorRef::F32(&a), VectorRef::Split(&sb));
-                    assert_eq!(got, d.walk(&a, VectorRef::Split(&sb)));
+                    let got = d.between(
+                        VectorRef::F32(&a),
+                        VectorRef::Split(crate::format::vector::Halves::side_by_side(&sb)),
+                    );
+                    assert_eq!(
+                        got,
+                        d.walk(
+                            &a,
+                            VectorRef::Split(crate::format::vector::Halves::side_by_side(&sb))
+                        )
+                    );
                 }
             }
         }
@@ -1436,7 +1453,7 @@ mod tests {
                 ] {
                     let d = Distance::with_level(metric, level);
                     let halves = split(v);
-                    let r = VectorRef::Split(&halves);
+                    let r = VectorRef::Split(crate::format::vector::Halves::side_by_side(&halves));
                     let walked = d.walk(q, r);
                     let mut walked_many = [0.0f32];
                     d.walk_many(q, &[r], &mut walked_many);

@@ -1343,7 +1343,7 @@ mod tests {
         fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
             self.halves
                 .get(slot as usize)
-                .map(|h| VectorRef::Split(&h[..]))
+                .map(|h| VectorRef::Split(crate::format::vector::Halves::side_by_side(&h[..])))
         }
         fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
             self.lists.get(slot as usize).map(|l| &l[..])

@@ -72,16 +72,21 @@ fn prefetch_into<const L2: bool, T>(p: *const T, lines: usize) {
 /// 5,900 with none; pypi-minilm's split file, twelve lines, 7,700 with every line into L1,
 /// 8,000 with four, 14,000 with one or none: a split record's high halves lie where reading
 /// them through L2 is slow, bench `memory_floor`); a core that tracks many (Zen 5) is faster
-/// with every line in L1 (twice as fast as with L2). Chosen once per process
+/// with every line in L1 (twice as fast as with L2). Planar split vectors (format 6) lie as
+/// half-float ones do and go into L2 whole with them (1M x 128 at ef 96: 4,300-5,400 QPS
+/// against the same graph side by side's 2,850-3,600, five alternated pairs; decision 0009).
+/// Chosen once per process
 /// ([`cpu_tracks_many_l1_misses`]); `CHASSIS_PREFETCH_L1_LINES` (a number) overrides all
 /// three counts, for measuring a new CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Policy {
-    /// A split vector's high halves, walked, when they take more than [`SHORT_SPLIT_LINES`].
+    /// A split vector's high halves side by side with its low halves (format 4), walked, when
+    /// they take more than [`SHORT_SPLIT_LINES`].
     split: usize,
     /// The same, when they take [`SHORT_SPLIT_LINES`] or fewer (128 dimensions and under).
     short_split: usize,
-    /// Anything else a walk scores (f16 and f32 vectors, codes), and all a scan scores.
+    /// Anything else a walk scores (planar split vectors' high halves, f16 and f32 vectors,
+    /// codes), and all a scan scores.
     rest: usize,
 }
 
@@ -155,9 +160,11 @@ fn cpu_family(eax: u32) -> u32 {
 pub(super) fn prefetch_walk(v: VectorRef<'_>) {
     let p = policy();
     let lines = scored_lines(v);
+    // Planar split vectors' high halves lie side by side as half-float vectors do, and are
+    // prefetched as they are.
     let l1 = match v {
-        VectorRef::Split(_) if lines <= SHORT_SPLIT_LINES => p.short_split,
-        VectorRef::Split(_) => p.split,
+        VectorRef::Split(h) if h.is_side_by_side() && lines <= SHORT_SPLIT_LINES => p.short_split,
+        VectorRef::Split(h) if h.is_side_by_side() => p.split,
         _ => p.rest,
     };
     prefetch_lines(v.as_ptr(), lines, l1);

@@ -256,11 +256,14 @@ impl<'s> Ranking<'s> {
         // a split vector, the whole vector when the walk read a code), a fixed distance ahead.
         let prefetch_lines = |s: &Scored| {
             if let Some(v) = store.exact_vector(s.slot) {
-                if coded_walk {
-                    prefetch(v.as_ptr(), v.stored_bytes().div_ceil(64));
+                let [whole, low] = v.stored_parts();
+                let parts = if coded_walk {
+                    [whole, low]
                 } else {
-                    let low = v.as_ptr().wrapping_add(v.walk_bytes());
-                    prefetch(low, v.walk_bytes().div_ceil(64));
+                    [low, (whole.0, 0)]
+                };
+                for (at, bytes) in parts {
+                    prefetch(at, bytes.div_ceil(64));
                 }
             }
         };

@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use crate::error::{Error, Result};
 use crate::format::codes::{self, CodeKind};
 use crate::format::header::{self, Header};
-use crate::format::vector::VectorLayout;
 
 use super::{lock, Index, Writer};
 
@@ -62,11 +61,9 @@ impl Writer {
             Some((ep, l)) => (ep, l as u32),
             None => (header::NO_ENTRY, 0),
         };
-        // The bit is defined for split vectors only (format 4); on a format 3 file it would
+        // The bit is defined for split vectors only (formats 4 and 6); on a format 3 file it would
         // mean nothing (releases before this one set it there anyway: it is ignored).
-        if self.shared.walk.forced.load(AtomicOrdering::Relaxed)
-            && self.store.layout() == VectorLayout::SplitHalves
-        {
+        if self.shared.walk.forced.load(AtomicOrdering::Relaxed) && self.store.layout().is_split() {
             self.flags |= header::FLAG_EXACT_WALK;
         }
         let next = Header {

@@ -18,7 +18,6 @@ use crate::filter::index::FilterIndex;
 
 use crate::error::{Error, Result};
 use crate::format::header::{self, Header};
-use crate::format::vector::VectorLayout;
 use crate::format::{self, record};
 use crate::graph::{self, support, Distance, Metric, Params};
 use crate::os::{FileStorage, MemStorage, Storage};
@@ -219,7 +218,7 @@ impl Writer {
             // inner-product files); the writer's next commit drops it.
             flags: if read_only.is_none() {
                 let mut f = h.flags & !header::FLAG_SUPERSEDED;
-                if h.layout() != VectorLayout::SplitHalves {
+                if !h.layout().is_split() {
                     f &= !header::FLAG_EXACT_WALK;
                 }
                 f

@@ -78,9 +78,12 @@ pub struct Options {
     /// Segment and heap geometry; `None` for the production layout. Tests use
     /// [`Geometry::small_for_tests`] to cross many regions with few vectors.
     pub geometry: Option<Geometry>,
-    /// How vectors are stored. The default, [`VectorLayout::SplitHalves`] (format 4), lets
-    /// searches read half of each vector while they walk the graph; [`VectorLayout::F32`]
-    /// writes a format 3 file, which releases that read only format 3 can open;
+    /// How vectors are stored. The default, [`VectorLayout::SplitPlanar`] (format 6), lets
+    /// searches read half of each vector while they walk the graph, and keeps those halves
+    /// together; [`VectorLayout::SplitHalves`] (format 4) splits each vector the same way but
+    /// keeps its halves side by side, which releases before format 6 can open;
+    /// [`VectorLayout::F32`] writes a format 3 file, which releases that read only format 3
+    /// can open;
     /// [`VectorLayout::F16`] stores half precision (half the vector bytes, each value rounded
     /// to the nearest binary16; read version 5): see [`Options::precision`].
     pub vector_layout: VectorLayout,
@@ -144,7 +147,7 @@ impl Options {
     /// IEEE binary16 (half the vector bytes; every value rounded to the nearest half when it
     /// is added, a magnitude of 65,520 or more refused; distances are exact to the stored
     /// values, and `get` returns them); [`Precision::F32`] the values as given, in the
-    /// default layout (format 4).
+    /// default layout (format 6).
     pub fn precision(mut self, precision: Precision) -> Options {
         self.vector_layout = match precision {
             Precision::F16 => VectorLayout::F16,

@@ -43,7 +43,7 @@ use crate::error::Result;
 use crate::filter::index::FilterIndex;
 use crate::format::header::{Header, FLAG_CUSTOM_IDS};
 use crate::format::record;
-use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::vector::VectorRef;
 use crate::graph::{Distance, GraphStore, Params, Scratch};
 use crate::os::Storage;
 use crate::storage::Regions;
@@ -314,7 +314,7 @@ impl Published {
             vector_layout: h.layout(),
             codes: self.regions.code_kind(),
             codes_trained: self.regions.codebook().is_some(),
-            exact_walk: h.layout() == VectorLayout::SplitHalves && self.shared.walk.exact(),
+            exact_walk: h.layout().is_split() && self.shared.walk.exact(),
             metadata_bytes: self.metadata_bytes,
             metadata_chunks: self.regions.metadata_chunk_count(),
             indexed_fields: self.indexed_fields(),

@@ -34,7 +34,7 @@ pub struct CompactOptions {
     pub threads: usize,
     /// The new file's vector layout; `None` keeps the index's own (a format 3 file stays
     /// format 3, so the releases that read only format 3 still open it).
-    /// `Some(VectorLayout::SplitHalves)` turns a format 3 file into format 4.
+    /// `Some(VectorLayout::SplitPlanar)` turns a format 3 or 4 file into format 6.
     pub vector_layout: Option<VectorLayout>,
     /// The new file's codes; `None` keeps the index's own. `Some(CodeKind::Int8)` adds codes
     /// to a file without them (its codebook trained from the live vectors), `Some(None)`

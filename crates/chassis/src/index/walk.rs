@@ -13,7 +13,7 @@ use crate::graph::{GraphStore, Metric};
 
 use super::{View, Writer};
 
-/// The writer's running check that walking by high halves suits its data (format 4).
+/// The writer's running check that walking by high halves suits its data (formats 4 and 6).
 ///
 /// Every insert reports the gap between the nearest and the tenth nearest node it found, by
 /// high halves and exactly. High halves keep each value to within 2⁻⁷ of itself, which moves

@@ -29,11 +29,12 @@ use crate::format::geometry::SegmentLayout;
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::metadata::{DocRef, Metadata, ValueRef};
 use crate::format::record;
-use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::vector::{Halves, VectorLayout, VectorRef};
 use crate::graph::{self, AlignedVector, Distance, GraphStore, Metric, Scored, Scratch};
 use crate::idmap::IdHashBuilder;
 use crate::os::{FileStorage, Region, Storage};
 use crate::query::{prepare_vector, Neighbor};
+use crate::storage::VectorRanges;
 
 use snapshot::{Cache, Counters, ReaderFile};
 pub use snapshot::{Snapshot, HEADER_REREADS};
@@ -179,38 +180,53 @@ impl<'a> View<'a> {
         }
     }
 
-    /// A hint slot's vector (at or past N), copied out of the mapping with atomic loads.
+    /// A hint slot's vector (at or past N) whose parts lie at `parts` in `region`, copied out
+    /// of the mapping with atomic loads.
     #[cold]
-    fn hint_vector(&self, region: &Region, at: u64) -> Option<VectorRef<'_>> {
+    fn hint_vector(&self, region: &Region, parts: [(u64, u64); 2]) -> Option<VectorRef<'_>> {
         let d = self.reader.dims as usize;
-        // Every layout takes a whole number of words at a 4-aligned offset (dims words, or
-        // ⌈dims/2⌉ in half precision).
-        let bytes = self.snap.file.layout.vector_bytes(self.reader.dims) as usize;
-        let words = region.u32_words(at, bytes / 4).ok()?;
-        let load = |w: &AtomicU32| w.load(Ordering::Relaxed).to_ne_bytes();
-        Some(match self.snap.file.layout {
-            VectorLayout::F16 => VectorRef::F16(self.hints.alloc_slice_fill_with(d, |i| {
+        // Every part takes a whole number of words at a 4-aligned offset (dims words, ⌈dims/2⌉
+        // in half precision, dims/2 words each for a planar split vector's two).
+        let halves = |(at, bytes): (u64, u64)| -> Option<&[u16]> {
+            let words = region.u32_words(at, bytes as usize / 4).ok()?;
+            let load = |w: &AtomicU32| w.load(Ordering::Relaxed).to_ne_bytes();
+            Some(self.hints.alloc_slice_fill_with(bytes as usize / 2, |i| {
                 let b = load(&words[i / 2]);
                 let at = 2 * (i % 2);
                 u16::from_ne_bytes([b[at], b[at + 1]])
-            })),
-            VectorLayout::F32 => VectorRef::F32(
-                self.hints
-                    .alloc_slice_fill_iter(words.iter().map(|w| f32::from_ne_bytes(load(w)))),
-            ),
-            VectorLayout::SplitHalves => {
-                let h = &*self.hints.alloc_slice_fill_with(2 * d, |i| {
-                    let b = load(&words[i / 2]);
-                    let at = 2 * (i % 2);
-                    u16::from_ne_bytes([b[at], b[at + 1]])
-                });
-                if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {
-                    VectorRef::SplitExact(h)
-                } else {
-                    VectorRef::Split(h)
-                }
+            }))
+        };
+        let split = |h| self.walked(VectorRef::Split(h));
+        Some(match self.snap.file.layout {
+            VectorLayout::F16 => VectorRef::F16(&halves(parts[0])?[..d]),
+            VectorLayout::F32 => {
+                let words = region.u32_words(parts[0].0, d).ok()?;
+                VectorRef::F32(
+                    self.hints.alloc_slice_fill_iter(
+                        words
+                            .iter()
+                            .map(|w| f32::from_bits(w.load(Ordering::Relaxed))),
+                    ),
+                )
             }
+            VectorLayout::SplitHalves => split(Halves::side_by_side(halves(parts[0])?)),
+            VectorLayout::SplitPlanar => split(Halves {
+                high: halves(parts[0])?,
+                low: halves(parts[1])?,
+            }),
         })
+    }
+
+    /// `v` as a search walks it: a split vector exactly in a file whose header says so
+    /// (flag `exact_walk`).
+    #[inline]
+    fn walked<'v>(&self, v: VectorRef<'v>) -> VectorRef<'v> {
+        match v {
+            VectorRef::Split(h) if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 => {
+                VectorRef::SplitExact(h)
+            }
+            v => v,
+        }
     }
 }
 
@@ -232,12 +248,11 @@ impl Slots<'_> {
             .ok()
     }
 
-    /// Where `slot`'s vector lies: its segment's region, the offset in it, the length.
+    /// Where `slot`'s vector lies: its segment's region and its parts in it.
     #[inline]
-    fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
+    fn vector_ranges(&self, slot: u32) -> Option<VectorRanges<'_>> {
         let (layout, region, off) = self.place(slot)?;
-        let bytes = self.snap.file.layout.vector_bytes(self.reader.dims);
-        Some((region, layout.vectors_at + off * bytes, bytes))
+        Some((region, layout.vector_parts(off)))
     }
 
     fn slot_word(&self, slot: u32, field: u64) -> Option<u64> {
@@ -324,19 +339,15 @@ impl GraphStore for View<'_> {
     }
     #[inline]
     fn will_need_exact(&self, slot: u32) {
-        if let Some((region, at, len)) = self.vector_range(slot) {
-            region.will_need(at, len);
-        }
+        crate::storage::each_vector_part(self.vector_ranges(slot), Region::will_need);
     }
     #[inline]
     fn done_with_exact(&self, slot: u32) {
-        if let Some((region, at, len)) = self.vector_range(slot) {
-            region.release(at, len);
-        }
+        crate::storage::each_vector_part(self.vector_ranges(slot), Region::release);
     }
     fn start_exact_batch(&self, slots: &[u32]) -> Option<Box<dyn graph::ExactBatch + '_>> {
         Some(Box::new(crate::storage::start_vectors_direct(
-            slots.iter().map(|&s| self.vector_range(s)),
+            slots.iter().map(|&s| self.vector_ranges(s)),
             self.snap.file.layout,
             self.reader.dims,
         )?))
@@ -344,30 +355,19 @@ impl GraphStore for View<'_> {
     #[inline(always)]
     fn exact_vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (layout, region, off) = self.place(slot)?;
-        let at = layout.vectors_at + off * self.snap.file.layout.vector_bytes(self.reader.dims);
+        let parts = layout.vector_parts(off);
         // Committed vectors never change and are lent in place; a vector at or past N may be
         // rewritten by a restarted writer while a search reads it, so it is copied out.
         if u64::from(slot) >= self.snap.header.committed_count {
-            return self.hint_vector(region, at);
+            return self.hint_vector(region, parts);
         }
-        match self.snap.file.layout {
-            VectorLayout::F32 => region
-                .f32s(at, self.reader.dims as usize)
-                .ok()
-                .map(VectorRef::F32),
-            VectorLayout::F16 => region
-                .u16s(at, self.reader.dims as usize)
-                .ok()
-                .map(VectorRef::F16),
-            VectorLayout::SplitHalves => {
-                let h = region.u16s(at, 2 * self.reader.dims as usize).ok()?;
-                Some(if self.snap.header.flags & header::FLAG_EXACT_WALK != 0 {
-                    VectorRef::SplitExact(h)
-                } else {
-                    VectorRef::Split(h)
-                })
-            }
-        }
+        crate::storage::lend_vector(
+            region,
+            self.snap.file.layout,
+            parts,
+            self.reader.dims as usize,
+        )
+        .map(|v| self.walked(v))
     }
     #[inline]
     fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {

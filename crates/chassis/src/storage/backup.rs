@@ -472,7 +472,6 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
         .as_ref()
         .is_some_and(|d| d.codebook != 0 && d.codebook == state.codebook);
     let rb = record::level0_record_bytes(state.m);
-    let vb = state.layout().vector_bytes(state.dims);
     for (k, &off) in st.segments.iter().enumerate() {
         let k = k as u64;
         let layout = state.segment_layout(k);
@@ -487,12 +486,9 @@ pub fn sync_state(src: &dyn Storage, h: &Header, dst: &dyn Storage) -> Result<Sy
             }
         };
         c.copy(off + layout.headers_at, hb * new, hb * was, &clear_marks)?;
-        c.copy(
-            off + layout.vectors_at + vb * was,
-            vb * (new - was),
-            0,
-            &no_fix,
-        )?;
+        for (at, vb) in layout.vector_planes.into_iter().filter(|p| p.1 > 0) {
+            c.copy(off + at + vb * was, vb * (new - was), 0, &no_fix)?;
+        }
         c.copy(off + layout.records_at, rb * new, rb * was, &no_fix)?;
         // Codes: written with their slots and never changed once a committed header names
         // the codebook; before that (a destination without it) every slot's are shipped.

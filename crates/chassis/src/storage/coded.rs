@@ -28,36 +28,55 @@ pub(crate) fn keep_walk_resident(region: &Region, layout: &SegmentLayout) {
     }
 }
 
-/// Starts reading the vectors at `ranges` (region, offset in it, length; one per vector, in
-/// order), stored in `layout`, all at once, past the page cache: the vectors a search ranks in
-/// a file too large for memory (os/direct.rs; a read-only mapping on Linux).
-/// [`PendingVectors::finish`] waits for them. `None` where any range can't be read that way (a
-/// file that fits, another platform, a sandbox without io_uring, too many at once): the caller
-/// reads through the mapping. Committed vectors never change, so what comes back is what the
-/// mapping holds.
+/// Where a slot's vector lies: the region of its segment, and its parts in it as (offset,
+/// length) ([`SegmentLayout::vector_parts`]: one, or a planar split vector's two; a part of
+/// length 0 is none).
+pub(crate) type VectorRanges<'a> = (&'a Region, [(u64, u64); 2]);
+
+/// Calls `f` with the region and (offset, length) of each part of `ranges` that has bytes
+/// (for [`Region::will_need`] and [`Region::release`]).
+#[inline]
+pub(crate) fn each_vector_part(ranges: Option<VectorRanges<'_>>, f: impl Fn(&Region, u64, u64)) {
+    if let Some((region, parts)) = ranges {
+        for (at, len) in parts.into_iter().filter(|p| p.1 > 0) {
+            f(region, at, len);
+        }
+    }
+}
+
+/// Starts reading the vectors at `ranges` (one per vector, in order), stored in `layout`, all
+/// at once, past the page cache: the vectors a search ranks in a file too large for memory
+/// (os/direct.rs; a read-only mapping on Linux). [`PendingVectors::finish`] waits for them.
+/// `None` where any range can't be read that way (a file that fits, another platform, a
+/// sandbox without io_uring, too many at once): the caller reads through the mapping.
+/// Committed vectors never change, so what comes back is what the mapping holds.
 pub(crate) fn start_vectors_direct<'a>(
-    ranges: impl ExactSizeIterator<Item = Option<(&'a Region, u64, u64)>>,
+    ranges: impl ExactSizeIterator<Item = Option<VectorRanges<'a>>>,
     layout: format::vector::VectorLayout,
     dims: u32,
 ) -> Option<PendingVectors<'a>> {
     #[cfg(target_os = "linux")]
     {
         let mut file: Option<&crate::os::direct::DirectFile> = None;
-        let mut reads = Vec::with_capacity(ranges.len());
+        let parts = layout.plane_bytes(dims).iter().filter(|&&b| b > 0).count();
+        let mut reads = Vec::with_capacity(parts * ranges.len());
         for range in ranges {
-            let (region, at, len) = range?;
-            let (direct, offset) = region.direct_range(at, len)?;
-            // One file: every segment of an index is mapped from it.
-            if file.is_some_and(|f| !std::ptr::eq(f, direct)) {
-                return None;
+            let (region, at_len) = range?;
+            for (at, len) in at_len.into_iter().take(parts) {
+                let (direct, offset) = region.direct_range(at, len)?;
+                // One file: every segment of an index is mapped from it.
+                if file.is_some_and(|f| !std::ptr::eq(f, direct)) {
+                    return None;
+                }
+                file = Some(direct);
+                reads.push((offset, usize::try_from(len).ok()?));
             }
-            file = Some(direct);
-            reads.push((offset, usize::try_from(len).ok()?));
         }
         Some(PendingVectors {
             pending: file?.start_many(&reads)?,
             layout,
             dims: dims as usize,
+            parts,
         })
     }
     #[cfg(not(target_os = "linux"))]
@@ -77,6 +96,9 @@ pub(crate) struct PendingVectors<'a> {
     layout: format::vector::VectorLayout,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     dims: usize,
+    /// Reads per vector: 1, or 2 for planar split halves (high part, then low).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    parts: usize,
 }
 
 impl PendingVectors<'_> {
@@ -86,9 +108,19 @@ impl PendingVectors<'_> {
         out.clear();
         #[cfg(target_os = "linux")]
         {
-            let (layout, dims) = (self.layout, self.dims);
-            self.pending
-                .finish(|_, bytes| format::vector::decode_bytes_of(layout, dims, bytes, out))
+            let (layout, dims, parts) = (self.layout, self.dims, self.parts);
+            // A vector read in parts is joined (high halves, then low) before it is decoded.
+            let mut joined = Vec::new();
+            self.pending.finish(|i, bytes| {
+                if parts == 1 {
+                    return format::vector::decode_bytes_of(layout, dims, bytes, out);
+                }
+                joined.extend_from_slice(bytes);
+                if i % parts == parts - 1 {
+                    format::vector::decode_bytes_of(layout, dims, &joined, out);
+                    joined.clear();
+                }
+            })
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -121,28 +153,25 @@ impl Regions {
             .map(|c| VectorRef::Code(c, book))
     }
 
-    /// Where `slot`'s vector lies: its segment's region, the offset in it, the length.
+    /// Where `slot`'s vector lies: its segment's region and its parts in it.
     #[inline]
-    fn vector_range(&self, slot: u32) -> Option<(&Region, u64, u64)> {
+    fn vector_ranges(&self, slot: u32) -> Option<VectorRanges<'_>> {
         let (seg, off) = self.slot_place(slot)?;
-        let bytes = self.layout.vector_bytes(self.dims);
-        Some((&seg.region, seg.layout.vectors_at + off * bytes, bytes))
+        Some((&seg.region, seg.layout.vector_parts(off)))
     }
 
     /// Starts reading the vector of `slot` in a file too large for memory, without waiting
     /// ([`crate::os::Region::will_need`]): it is about to be ranked exactly.
     #[inline]
     pub fn will_need_vector(&self, slot: u32) {
-        if let Some((region, at, len)) = self.vector_range(slot) {
-            region.will_need(at, len);
-        }
+        each_vector_part(self.vector_ranges(slot), Region::will_need);
     }
 
     /// Starts reading the vectors of `slots` all at once, past the page cache, where the file
     /// is too large for memory ([`start_vectors_direct`]); `None` elsewhere.
     pub(crate) fn start_vectors(&self, slots: &[u32]) -> Option<PendingVectors<'_>> {
         start_vectors_direct(
-            slots.iter().map(|&s| self.vector_range(s)),
+            slots.iter().map(|&s| self.vector_ranges(s)),
             self.layout(),
             self.dims,
         )
@@ -152,9 +181,7 @@ impl Regions {
     /// ([`crate::os::Region::release`]): it was just ranked exactly.
     #[inline]
     pub fn release_vector(&self, slot: u32) {
-        if let Some((region, at, len)) = self.vector_range(slot) {
-            region.release(at, len);
-        }
+        each_vector_part(self.vector_ranges(slot), Region::release);
     }
 
     /// The aux record of `slot`: its code's error bound ε and its vector's norm.
@@ -352,7 +379,9 @@ mod tests {
     #[test]
     fn vectors_read_directly_are_the_mappings() {
         use super::start_vectors_direct;
-        use crate::format::vector::{encode, VectorLayout, VectorRef};
+        use crate::format::codes::CodeKind;
+        use crate::format::geometry::SegmentLayout;
+        use crate::format::vector::{encode, Halves, VectorLayout, VectorRef};
         use crate::os::{direct, FileStorage, Storage};
         let dir = tempfile::tempdir().unwrap();
         let (n, dims, base) = (64usize, 96usize, 3 * 4096 + 100);
@@ -363,22 +392,36 @@ mod tests {
                     .collect()
             })
             .collect();
-        for layout in [VectorLayout::F32, VectorLayout::SplitHalves] {
+        for layout in [
+            VectorLayout::F32,
+            VectorLayout::SplitHalves,
+            VectorLayout::SplitPlanar,
+        ] {
             let path = dir.path().join(format!("{layout:?}"));
-            let mut bytes = vec![0u8; base + n * 4 * dims];
+            // One segment of `n` slots at `base`: a planar vector's halves lie apart.
+            let seg = SegmentLayout::of(n as u64, dims as u32, 4, layout, CodeKind::None);
+            let parts = |s: u32| {
+                seg.vector_parts(u64::from(s))
+                    .map(|(at, len)| (base as u64 + at, len))
+            };
+            let mut bytes = vec![0u8; base + seg.bytes as usize];
+            let mut encoded = vec![0u8; 4 * dims];
             for (i, v) in vectors.iter().enumerate() {
-                encode(layout, v, &mut bytes[base + i * 4 * dims..][..4 * dims]);
+                encode(layout, v, &mut encoded);
+                let mut from = 0;
+                for (at, len) in parts(i as u32) {
+                    let len = len as usize;
+                    bytes[at as usize..][..len].copy_from_slice(&encoded[from..from + len]);
+                    from += len;
+                }
             }
             std::fs::write(&path, &bytes).unwrap();
             let storage = FileStorage::open(&path, false).unwrap();
             let mut region = storage.map(0, bytes.len() as u64, false).unwrap();
             let slots = [5u32, 0, 63, 17, 17, 40];
             let mut out = Vec::new();
-            let at = |s: u32| (base + s as usize * 4 * dims) as u64;
             let refused = start_vectors_direct(
-                slots
-                    .iter()
-                    .map(|&s| Some((&region, at(s), 4 * dims as u64))),
+                slots.iter().map(|&s| Some((&region, parts(s)))),
                 layout,
                 dims as u32,
             )
@@ -397,9 +440,7 @@ mod tests {
             };
             region.set_direct(std::sync::Arc::new(direct), 0);
             let read = start_vectors_direct(
-                slots
-                    .iter()
-                    .map(|&s| Some((&region, at(s), 4 * dims as u64))),
+                slots.iter().map(|&s| Some((&region, parts(s)))),
                 layout,
                 dims as u32,
             )
@@ -412,8 +453,16 @@ mod tests {
                     .collect();
                 assert_eq!(out, want, "{layout:?}");
                 // What the mapping lends for the same bytes, decoded.
-                let h = region.u16s(at(17), 2 * dims).unwrap();
-                if layout == VectorLayout::SplitHalves {
+                if layout.is_split() {
+                    let [(high, _), (low, _)] = parts(17);
+                    let (high, low) = match layout {
+                        VectorLayout::SplitPlanar => (high, low),
+                        _ => (high, high + 2 * dims as u64),
+                    };
+                    let h = Halves {
+                        high: region.u16s(high, dims).unwrap(),
+                        low: region.u16s(low, dims).unwrap(),
+                    };
                     assert_eq!(VectorRef::Split(h).to_vec(), vectors[17]);
                 }
             }

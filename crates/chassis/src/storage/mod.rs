@@ -27,7 +27,9 @@ mod heap;
 pub(crate) use heap::read_metadata;
 pub use heap::HeapBlobs;
 
-pub(crate) use coded::{keep_walk_resident, start_vectors_direct, PendingVectors};
+pub(crate) use coded::{
+    each_vector_part, keep_walk_resident, start_vectors_direct, PendingVectors, VectorRanges,
+};
 use headers::is_unborn;
 pub use headers::{read_current_header, read_header_copies, HeaderCopies};
 
@@ -43,7 +45,7 @@ use crate::format::codes::{self, CodeKind, Codebook};
 use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header};
 use crate::format::metadata::DocRef;
-use crate::format::vector::{VectorLayout, VectorRef};
+use crate::format::vector::{Halves, VectorLayout, VectorRef};
 use crate::format::{self, align_region, live, record, table, vector, DATA_START};
 use crate::mutants::{self, Mutant};
 use crate::os::{Region, Storage};
@@ -209,6 +211,30 @@ fn no_space(e: Error) -> Error {
     }
 }
 
+/// The vector of `dims` values stored in `layout` whose parts lie at `parts` in `region`
+/// ([`SegmentLayout::vector_parts`]), lent in place; `None` where a part is not mapped.
+#[inline]
+pub(crate) fn lend_vector(
+    region: &Region,
+    layout: VectorLayout,
+    parts: [(u64, u64); 2],
+    dims: usize,
+) -> Option<VectorRef<'_>> {
+    let [(at, _), (low_at, _)] = parts;
+    match layout {
+        VectorLayout::F32 => region.f32s(at, dims).ok().map(VectorRef::F32),
+        VectorLayout::F16 => region.u16s(at, dims).ok().map(VectorRef::F16),
+        VectorLayout::SplitHalves => region
+            .u16s(at, 2 * dims)
+            .ok()
+            .map(|h| VectorRef::Split(Halves::side_by_side(h))),
+        VectorLayout::SplitPlanar => Some(VectorRef::Split(Halves {
+            high: region.u16s(at, dims).ok()?,
+            low: region.u16s(low_at, dims).ok()?,
+        })),
+    }
+}
+
 /// The mapped regions of one file and how to address a slot in them: what a search reads.
 ///
 /// Cheap to clone (its region lists are shared `Arc`s). The writer's [`Store`] holds the
@@ -298,24 +324,12 @@ impl Regions {
     #[inline]
     pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (seg, off) = self.slot_place(slot)?;
-        let at = seg.layout.vectors_at + off * self.layout.vector_bytes(self.dims);
-        match self.layout {
-            VectorLayout::F32 => seg
-                .region
-                .f32s(at, self.dims as usize)
-                .ok()
-                .map(VectorRef::F32),
-            VectorLayout::F16 => seg
-                .region
-                .u16s(at, self.dims as usize)
-                .ok()
-                .map(VectorRef::F16),
-            VectorLayout::SplitHalves => seg
-                .region
-                .u16s(at, 2 * self.dims as usize)
-                .ok()
-                .map(VectorRef::Split),
-        }
+        lend_vector(
+            &seg.region,
+            self.layout,
+            seg.layout.vector_parts(off),
+            self.dims as usize,
+        )
     }
 
     /// How this file stores vectors.
@@ -978,7 +992,8 @@ impl Store {
         let l = &seg.layout;
         let ranges = [
             (l.headers_at, record::SLOT_HEADER_BYTES),
-            (l.vectors_at, self.layout.vector_bytes(self.dims)),
+            l.vector_planes[0],
+            l.vector_planes[1],
             (l.records_at, self.record_bytes),
             (
                 l.aux_at,
@@ -1149,8 +1164,25 @@ impl Store {
             for (b, v) in bytes.chunks_exact_mut(vb).zip(now.chunks_exact(d)) {
                 vector::encode(self.layout, v, b);
             }
-            self.storage
-                .write_at(seg.offset + seg.layout.vectors_at + off * vb as u64, &bytes)?;
+            // One write per plane: each vector's part of it, for slots `off..off + n`.
+            let mut part_from = 0;
+            for (at, each) in seg.layout.vector_parts(off) {
+                let each = each as usize;
+                if each == 0 {
+                    continue;
+                }
+                let plane: Vec<u8> = if each == vb {
+                    std::mem::take(&mut bytes)
+                } else {
+                    bytes
+                        .chunks_exact(vb)
+                        .flat_map(|b| &b[part_from..part_from + each])
+                        .copied()
+                        .collect()
+                };
+                self.storage.write_at(seg.offset + at, &plane)?;
+                part_from += each;
+            }
             if let Some(book) = &self.regions.codebook {
                 coded::write_codes(&*self.storage, seg, off, book, now)?;
             }
