@@ -45,7 +45,7 @@ enum Command {
         #[arg(long, default_value_t = chassis::DEFAULT_EF_CONSTRUCTION)]
         ef_construction: usize,
         /// File format: 6 (split halves, walked faster, a segment's high halves together; the
-        /// default), 4 (the same halves side by side, for files releases before format 6 must
+        /// default, stored side by side as format 4 with --codes), 4 (the same halves side by side, for files releases before format 6 must
         /// open) or 3 (f32 vectors, for files that releases reading only format 3 must open).
         #[arg(long, value_parser = parse_format, default_value = "6")]
         format: chassis::VectorLayout,

@@ -1047,7 +1047,7 @@ fn codes_are_chosen_at_create_and_by_compaction() {
     let info: serde_json::Value = serde_json::from_str(&ok(&["info", idx_s, "--json"])).unwrap();
     assert_eq!(
         (info["codes"].as_str(), info["write_version"].as_u64()),
-        (Some("none"), Some(6))
+        (Some("none"), Some(4))
     );
     let out = chassis(&[
         "create",

@@ -225,7 +225,7 @@ def test_int8_codes_walk_and_rank_exactly(tmp_path):
     np.testing.assert_array_equal(f2, found)
     reader.close()
     ix.compact(codes="none")
-    assert ix.info()["codes"] == "none" and ix.info()["write_version"] == 6
+    assert ix.info()["codes"] == "none" and ix.info()["write_version"] == 4
     ix.compact(codes="int8")
     assert ix.info()["codes_trained"]
     ix.compact(codes="int4")

@@ -35,10 +35,10 @@ def test_f16_stores_rounded_values_and_searches_them_exactly(tmp_path):
     assert np.array_equal(reader.get(7), stored[7])
     ix.compact(precision="f32", codes="int4")
     assert ix.info()["precision"] == "f32" and ix.info()["codes"] == "int4"
-    # Back to f32 is the default layout, planar split halves (format 6).
-    assert (ix.info()["format"], ix.info()["read_version"]) == (6, 6)
-    assert np.array_equal(ix.get(7), stored[7])
-    ix.compact(format=4)
+    # Back to f32 is the default split layout; with codes its halves lie side by side (4).
     assert (ix.info()["format"], ix.info()["read_version"]) == (4, 4)
+    assert np.array_equal(ix.get(7), stored[7])
+    ix.compact(format=6, codes="none")
+    assert (ix.info()["format"], ix.info()["read_version"]) == (6, 6)
     assert np.array_equal(ix.get(7), stored[7])
     ix.close()

@@ -82,8 +82,7 @@ fn a_file_keeps_its_codes_and_readers_walk_by_them() {
         assert_eq!(&reader.search(q, 10, 64).unwrap(), want);
     }
     let info = index.info().unwrap();
-    // Planar split halves have read and write version 6 already, as int8 codes need.
-    assert_eq!(info.versions, (6, 6), "codes keep the read version");
+    assert_eq!(info.versions, (4, 6), "codes raise the write version only");
     index.close().unwrap();
     let index = Index::open(&path).unwrap();
     let info = index.info().unwrap();
@@ -119,6 +118,8 @@ fn compaction_adds_and_drops_codes() {
     index.add_batch(&base.concat(), 2).unwrap();
     index.delete(7).unwrap();
     index.flush().unwrap();
+    // The default layout, planar split halves; with codes a new file keeps its halves side
+    // by side (format 4: ranking reads each vector from one place, VectorLayout::for_codes).
     assert_eq!(index.info().unwrap().versions, (6, 6));
     index
         .compact(CompactOptions {
@@ -128,7 +129,8 @@ fn compaction_adds_and_drops_codes() {
         .unwrap();
     let info = index.info().unwrap();
     assert_eq!((info.codes, info.codes_trained), (CodeKind::Int8, true));
-    assert_eq!(info.versions, (6, 6));
+    assert_eq!(info.versions, (4, 6));
+    assert_eq!(info.vector_layout, chassis::VectorLayout::SplitHalves);
     let r = recall(base, queries, Metric::L2Squared, |q| {
         index
             .search(q, 11, 64)
@@ -149,7 +151,7 @@ fn compaction_adds_and_drops_codes() {
         })
         .unwrap();
     let info = index.info().unwrap();
-    assert_eq!((info.codes, info.versions), (CodeKind::None, (6, 6)));
+    assert_eq!((info.codes, info.versions), (CodeKind::None, (4, 4)));
 }
 
 #[test]

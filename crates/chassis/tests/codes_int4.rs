@@ -72,7 +72,7 @@ fn an_int4_file_raises_the_write_version_to_7_and_readers_walk_by_it() {
     index.add_batch(&base[1_200..].concat(), 2).unwrap();
     index.flush().unwrap();
     let info = index.info().unwrap();
-    assert_eq!(info.versions, (6, INT4_WRITE_VERSION));
+    assert_eq!(info.versions, (4, INT4_WRITE_VERSION));
     let before: Vec<_> = queries
         .iter()
         .map(|q| index.search(q, 10, 64).unwrap())
@@ -141,10 +141,10 @@ fn compaction_moves_a_file_between_code_kinds() {
     index.add_batch(&base.concat(), 2).unwrap();
     index.flush().unwrap();
     for (kind, versions) in [
-        (CodeKind::Int4, (6, INT4_WRITE_VERSION)),
-        (CodeKind::Int8, (6, 6)),
-        (CodeKind::Int4, (6, INT4_WRITE_VERSION)),
-        (CodeKind::None, (6, 6)),
+        (CodeKind::Int4, (4, INT4_WRITE_VERSION)),
+        (CodeKind::Int8, (4, 6)),
+        (CodeKind::Int4, (4, INT4_WRITE_VERSION)),
+        (CodeKind::None, (4, 4)),
     ] {
         index
             .compact(CompactOptions {

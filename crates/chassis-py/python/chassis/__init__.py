@@ -329,7 +329,8 @@ class Index:
         ``"l2"`` (squared Euclidean) or ``"ip"`` (distance 1 - inner product); it is fixed for
         the life of the file. ``M`` is the neighbors per node (layer 0 keeps 2M);
         ``ef_construction`` the beam width while building. ``format`` 6 (the default) stores
-        vectors as split halves, which searches walk faster, a segment's high halves together;
+        vectors as split halves, which searches walk faster, a segment's high halves together
+        (with ``codes``, side by side as in format 4: the walk reads the codes);
         4 stores the same halves side by side in each vector, for files that releases before
         format 6 must open; 3 stores plain f32 vectors, for files that releases reading only
         format 3 must open. ``codes="int8"`` keeps a one-byte

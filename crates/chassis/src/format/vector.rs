@@ -96,6 +96,22 @@ impl VectorLayout {
         }
     }
 
+    /// The layout a new file keeping `codes` stores in when this one is asked for: planar
+    /// split halves become side by side in a file with codes. Its walk reads codes, never
+    /// high halves, and ranking reads whole vectors, whose halves side by side lie in one
+    /// page: a file larger than memory reads each ranked vector once, not twice (300k x 384
+    /// int4 under a quarter cap: 51% and 70% of uncapped QPS side by side, 29% and 50%
+    /// planar; docs/decisions/0009). A compaction that keeps a file's layout and codes keeps
+    /// its layout as it is.
+    pub fn for_codes(self, codes: super::codes::CodeKind) -> VectorLayout {
+        match self {
+            VectorLayout::SplitPlanar if codes != super::codes::CodeKind::None => {
+                VectorLayout::SplitHalves
+            }
+            l => l,
+        }
+    }
+
     /// Whether vectors are stored as split halves (side by side or planar): a walk reads
     /// their high halves, and header flag `exact_walk` means something.
     pub fn is_split(self) -> bool {
@@ -468,6 +484,19 @@ mod tests {
         assert_eq!(VectorLayout::from_code(4), None);
         assert_eq!(VectorLayout::SplitPlanar.plane_bytes(5), [10, 10]);
         assert_eq!(VectorLayout::default(), VectorLayout::SplitPlanar);
+        use super::super::codes::CodeKind;
+        assert_eq!(
+            VectorLayout::SplitPlanar.for_codes(CodeKind::Int4),
+            VectorLayout::SplitHalves
+        );
+        assert_eq!(
+            VectorLayout::SplitPlanar.for_codes(CodeKind::None),
+            VectorLayout::SplitPlanar
+        );
+        assert_eq!(
+            VectorLayout::F16.for_codes(CodeKind::Int8),
+            VectorLayout::F16
+        );
     }
 
     /// Half precision: each value becomes the nearest binary16 (ties to even), the padding

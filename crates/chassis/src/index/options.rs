@@ -80,8 +80,10 @@ pub struct Options {
     pub geometry: Option<Geometry>,
     /// How vectors are stored. The default, [`VectorLayout::SplitPlanar`] (format 6), lets
     /// searches read half of each vector while they walk the graph, and keeps those halves
-    /// together; [`VectorLayout::SplitHalves`] (format 4) splits each vector the same way but
-    /// keeps its halves side by side, which releases before format 6 can open;
+    /// together (a new file with codes keeps them side by side instead, as format 4:
+    /// [`VectorLayout::for_codes`]); [`VectorLayout::SplitHalves`] (format 4) splits each
+    /// vector the same way but keeps its halves side by side, which releases before format 6
+    /// can open;
     /// [`VectorLayout::F32`] writes a format 3 file, which releases that read only format 3
     /// can open;
     /// [`VectorLayout::F16`] stores half precision (half the vector bytes, each value rounded
@@ -203,9 +205,10 @@ impl Options {
             return Err(Error::InvalidArgument("max_layers must be 1..=64".into()));
         }
         let (dims, m, layers) = (self.dims as u32, self.m as u32, self.max_layers as u32);
+        let layout = self.vector_layout.for_codes(self.codes);
         let geometry = self
             .geometry
-            .unwrap_or_else(|| Geometry::for_file(dims, m, layers, self.vector_layout, self.codes));
+            .unwrap_or_else(|| Geometry::for_file(dims, m, layers, layout, self.codes));
         if let Some(why) = geometry.validate(m, layers) {
             return Err(Error::InvalidArgument(format!("geometry: {why}")));
         }
@@ -218,7 +221,7 @@ impl Options {
             ef_construction: self.ef_construction as u32,
             seed: self.seed,
             geometry,
-            layout: self.vector_layout,
+            layout,
             codes: self.codes,
         })
     }

@@ -17,7 +17,7 @@ use crate::format::header::{self, FLAG_CUSTOM_IDS};
 use crate::format::vector::VectorLayout;
 use crate::graph::{self, Metric, EMPTY};
 use crate::os::{FileStorage, Storage};
-use crate::storage::Store;
+use crate::storage::{NewFile, Store};
 
 use super::add::PARALLEL_CHUNK;
 use super::{lock, Index, Options, View, Writer};
@@ -104,7 +104,7 @@ impl Writer {
         self.flush()?;
         let opts = self.compact_options(&options)?;
         self.check_keep_graph(options.keep_graph, &opts, self.len())?;
-        let new_file = opts.validate()?;
+        let new_file = self.compacted_file(&options, &opts)?;
         // Room for the second copy: every live slot, its upper layers on average, the fixed
         // area, region rounding, and one allocation step ahead.
         let live = self.len() as u64;
@@ -191,6 +191,17 @@ impl Writer {
         Ok(opts)
     }
 
+    /// The new file a compaction writes: `opts` validated, and the file's own vector layout
+    /// kept as it is where the caller asked for neither another layout nor other codes (a
+    /// planar file with codes, written before [`VectorLayout::for_codes`], stays planar).
+    fn compacted_file(&self, options: &CompactOptions, opts: &Options) -> Result<NewFile> {
+        let mut new_file = opts.validate()?;
+        if options.vector_layout.is_none() && opts.codes == self.store.code_kind() {
+            new_file.layout = self.store.layout();
+        }
+        Ok(new_file)
+    }
+
     pub(super) fn compact_into_with_progress(
         &mut self,
         storage: Arc<dyn Storage>,
@@ -203,7 +214,7 @@ impl Writer {
         let live: Vec<u32> = (0..self.count).filter(|&s| self.slot_live(s)).collect();
         let keep = options.keep_graph;
         self.check_keep_graph(keep, &opts, live.len())?;
-        let new_file = opts.validate()?;
+        let new_file = self.compacted_file(&options, &opts)?;
         let store = Store::create(storage, &new_file)?;
         let mut new = Writer::from_store(store, None, None)?;
         let mut renumbered = false;
