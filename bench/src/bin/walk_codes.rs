@@ -17,6 +17,10 @@
 //! - `bit1-lists`: the bits beside each node's list (1,664 bytes a node);
 //! - `int4-gateM`: the `bit1-lists` estimate decides which neighbors' int4 codes are read at
 //!   all (skipped when more than M past the full beam's bound), the rest scored by int4.
+//! - `pq4fs-d4`, `pq4fs-d2`: product-quantized codes (16 centroids a subspace of 4 or 2
+//!   dimensions: 48 or 96 bytes) beside each node's list in FastScan's transposed blocks, the
+//!   32 neighbors scored together by table lookups in registers (`vpshufb`), every expanded
+//!   node's block prefetched whole when it becomes the next candidate.
 //!
 //! Each layout's estimate is scored by byte products (AVX-512 VNNI) of the code and the query's
 //! weights quantized to bytes; codes are prefetched as the library prefetches vectors
@@ -26,7 +30,7 @@
 //!
 //! ```text
 //! cargo build --release --manifest-path bench/Cargo.toml --bin walk_codes
-//! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5]
+//! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5] [--only int4,pq4fs-d4]
 //! ```
 
 use std::cmp::Reverse;
@@ -346,8 +350,14 @@ fn key_dist(k: u64) -> f32 {
 }
 
 /// A walk to measure: its name, the codes it scores by (an index into the trained ones), and
-/// its gate (the index of the `bit1-lists` codes and the margin), if any.
-type Variant = (String, usize, Option<(usize, f32)>);
+/// its gate (the index of the `bit1-lists` codes and the margin), if any; or FastScan blocks
+/// (an index into those trained).
+#[derive(Clone)]
+enum Walk {
+    Codes(usize, Option<(usize, f32)>),
+    FastScan(usize),
+}
+type Variant = (String, Walk);
 
 struct Scratch {
     visited: Vec<u32>,
@@ -362,6 +372,52 @@ struct Scratch {
     gated: u64,
 }
 
+impl Scratch {
+    /// Starts a layer-0 beam at `cur` (distance `cur_d`): a new visited epoch, both heaps
+    /// holding only it.
+    fn start(&mut self, cur: u32, cur_d: f32) {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.visited.iter_mut().for_each(|v| *v = 0);
+            self.epoch = 1;
+        }
+        self.cand.clear();
+        self.beam.clear();
+        self.visited[cur as usize] = self.epoch;
+        let entry = key(cur_d, cur);
+        self.cand.push(Reverse(entry));
+        self.beam.push(entry);
+    }
+
+    /// The next candidate to expand, unless the beam (of `ef`) is full and nearer than it,
+    /// and the one after it (to prefetch).
+    fn expand(&mut self, ef: usize) -> Option<(u32, Option<u32>)> {
+        let Reverse(ck) = self.cand.pop()?;
+        let bound = self.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
+        if key_dist(ck) > bound && self.beam.len() >= ef {
+            return None;
+        }
+        self.hops += 1;
+        let next = self.cand.peek().map(|Reverse(k)| *k as u32);
+        Some((ck as u32, next))
+    }
+
+    /// Offers slot `n` at estimate `d` to a beam of `ef`, whose bound (once full) is `bound`.
+    fn offer(&mut self, d: f32, n: u32, ef: usize, bound: &mut f32) {
+        if self.beam.len() < ef || d < *bound {
+            let k = key(d, n);
+            self.cand.push(Reverse(k));
+            self.beam.push(k);
+            if self.beam.len() > ef {
+                self.beam.pop();
+            }
+            if let Some(&top) = self.beam.peek().filter(|_| self.beam.len() >= ef) {
+                *bound = key_dist(top);
+            }
+        }
+    }
+}
+
 /// `gate`: bit codes beside the lists (`bit1-lists`) and a margin: a neighbor whose bit
 /// estimate is more than the margin past the beam's bound (once full) is not read at all;
 /// the others are scored by `c` (codes by slot).
@@ -374,42 +430,10 @@ fn search(
     rr: usize,
     s: &mut Scratch,
 ) -> Vec<u32> {
-    // Greedy descent by exact distances.
-    let mut cur = g.entry;
-    let mut cur_d = exact(g, q, cur);
-    for layer in (1..=g.top).rev() {
-        loop {
-            let mut changed = false;
-            if let Some(list) = g.upper[cur as usize].get(layer - 1) {
-                for &n in list {
-                    if n == EMPTY {
-                        continue;
-                    }
-                    let d = exact(g, q, n);
-                    if d < cur_d {
-                        (cur, cur_d) = (n, d);
-                        changed = true;
-                    }
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
-    }
+    let (cur, cur_d) = descend(g, q);
     let p = prepare(c, q);
     let gp = gate.map(|(gc, _)| prepare(gc, q));
-    s.epoch = s.epoch.wrapping_add(1);
-    if s.epoch == 0 {
-        s.visited.iter_mut().for_each(|v| *v = 0);
-        s.epoch = 1;
-    }
-    s.cand.clear();
-    s.beam.clear();
-    s.visited[cur as usize] = s.epoch;
-    let entry = key(cur_d, cur);
-    s.cand.push(Reverse(entry));
-    s.beam.push(entry);
+    s.start(cur, cur_d);
     // The codes whose blocks hold the lists, where any do.
     let lists = gate.map_or(c, |(gc, _)| gc);
     let bb = block_bytes(lists.bytes);
@@ -421,16 +445,9 @@ fn search(
         }
     };
     let list_lines = 2;
-    while let Some(Reverse(ck)) = s.cand.pop() {
-        let cd = key_dist(ck);
-        let bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
-        if cd > bound && s.beam.len() >= ef {
-            break;
-        }
-        let cs = ck as u32;
-        s.hops += 1;
-        if let Some(Reverse(next)) = s.cand.peek() {
-            prefetch(node_ptr(*next as u32), list_lines);
+    while let Some((cs, next)) = s.expand(ef) {
+        if let Some(next) = next {
+            prefetch(node_ptr(next), list_lines);
         }
         s.gathered.clear();
         if let (Some((gc, margin)), Some(gp)) = (gate, gp.as_ref()) {
@@ -478,22 +495,301 @@ fn search(
         }
         let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
         s.estimates += s.gathered.len() as u64;
-        for &(n, ptr) in &s.gathered {
+        let gathered = std::mem::take(&mut s.gathered);
+        for &(n, ptr) in &gathered {
             // SAFETY: checked for AVX-512 VNNI in main; `ptr` has `c.bytes` readable bytes.
             let d = unsafe { estimate(c, &p, ptr) };
-            if s.beam.len() < ef || d < bound {
-                let k = key(d, n);
-                s.cand.push(Reverse(k));
-                s.beam.push(k);
-                if s.beam.len() > ef {
-                    s.beam.pop();
+            s.offer(d, n, ef, &mut bound);
+        }
+        s.gathered = gathered;
+    }
+    rerank(g, s, q, rr)
+}
+
+/// Product-quantized codes scored FastScan style (André et al.; SymphonyQG's and RaBitQ's graph
+/// layouts): `dims / dsub` subspaces of `dsub` dimensions, 16 centroids each (4 bits a
+/// subspace), every node's 32 neighbors' codes stored beside its list in a block transposed so
+/// that one 64-byte load holds four subspaces' codes for all 32 neighbors, scored by table
+/// lookups in registers (`vpshufb`) against the query's 16-entry tables quantized to bytes.
+struct FastScan {
+    dsub: usize,
+    nsub: usize,
+    /// `nsub` x 16 x `dsub`.
+    centroids: Vec<f32>,
+    /// Bytes a node's block: 32 words, then `nsub / 4` groups of 64 code bytes.
+    block: usize,
+    data: Vec<u8>,
+}
+
+/// Trains `dsub`-dimension subspaces' 16 centroids by Lloyd's k-means on a seeded sample, then
+/// writes every node's block.
+fn train_fastscan(g: &Graph, dsub: usize) -> FastScan {
+    let (n, d) = (g.n, g.dims);
+    assert!(d % (4 * dsub) == 0, "dims must split into groups of four subspaces");
+    let nsub = d / dsub;
+    let row = |i: usize| &g.vectors[i * d..(i + 1) * d];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let sample: Vec<usize> = (0..20_000.min(n)).map(|_| rand() as usize % n).collect();
+    let mut centroids = vec![0f32; nsub * 16 * dsub];
+    let nearest = |cents: &[f32], x: &[f32]| -> usize {
+        let mut best = (f32::MAX, 0);
+        for j in 0..16 {
+            let c = &cents[j * dsub..(j + 1) * dsub];
+            let e: f32 = c.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum();
+            if e < best.0 {
+                best = (e, j);
+            }
+        }
+        best.1
+    };
+    for s in 0..nsub {
+        let cents = &mut centroids[s * 16 * dsub..(s + 1) * 16 * dsub];
+        for j in 0..16 {
+            let r = row(sample[rand() as usize % sample.len()]);
+            cents[j * dsub..(j + 1) * dsub].copy_from_slice(&r[s * dsub..(s + 1) * dsub]);
+        }
+        for _ in 0..15 {
+            let mut sum = vec![0f64; 16 * dsub];
+            let mut count = [0usize; 16];
+            for &i in &sample {
+                let x = &row(i)[s * dsub..(s + 1) * dsub];
+                let j = nearest(cents, x);
+                count[j] += 1;
+                for t in 0..dsub {
+                    sum[j * dsub + t] += f64::from(x[t]);
                 }
-                if s.beam.len() >= ef {
-                    bound = key_dist(*s.beam.peek().unwrap());
+            }
+            for j in 0..16 {
+                if count[j] == 0 {
+                    // An empty cluster restarts at a random sample point.
+                    let r = row(sample[rand() as usize % sample.len()]);
+                    cents[j * dsub..(j + 1) * dsub].copy_from_slice(&r[s * dsub..(s + 1) * dsub]);
+                } else {
+                    for t in 0..dsub {
+                        cents[j * dsub + t] = (sum[j * dsub + t] / count[j] as f64) as f32;
+                    }
                 }
             }
         }
     }
+    let codes: Vec<u8> = (0..n)
+        .flat_map(|i| {
+            let x = row(i);
+            let centroids = &centroids;
+            (0..nsub).map(move |s| {
+                nearest(
+                    &centroids[s * 16 * dsub..(s + 1) * 16 * dsub],
+                    &x[s * dsub..(s + 1) * dsub],
+                ) as u8
+            })
+        })
+        .collect();
+    let block = 4 * M0 + nsub / 4 * 64;
+    let mut data = vec![0u8; n * block + 64];
+    advise_huge(&data);
+    for c in 0..n {
+        let b = &mut data[c * block..(c + 1) * block];
+        for (i, &w) in g.level0[c * M0..(c + 1) * M0].iter().enumerate() {
+            b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            if w == EMPTY {
+                continue;
+            }
+            let code = &codes[w as usize * nsub..(w as usize + 1) * nsub];
+            for grp in 0..nsub / 4 {
+                let at = 4 * M0 + 64 * grp;
+                b[at + i] = code[4 * grp] | code[4 * grp + 1] << 4;
+                b[at + 32 + i] = code[4 * grp + 2] | code[4 * grp + 3] << 4;
+            }
+        }
+    }
+    FastScan {
+        dsub,
+        nsub,
+        centroids,
+        block,
+        data,
+    }
+}
+
+/// A query's tables for [`FastScan`]: per group of four subspaces 128 bytes (the low nibbles'
+/// table for lanes 0-1 and 2-3, then the high nibbles'); estimate = 1 − (`bias` + `delta` · Σ).
+struct FsQuery {
+    luts: Vec<u8>,
+    bias: f32,
+    delta: f32,
+}
+
+fn prepare_fastscan(f: &FastScan, q: &[f32]) -> FsQuery {
+    let (dsub, nsub) = (f.dsub, f.nsub);
+    let mut lut = vec![0f32; nsub * 16];
+    for s in 0..nsub {
+        for j in 0..16 {
+            let c = &f.centroids[(s * 16 + j) * dsub..(s * 16 + j + 1) * dsub];
+            lut[s * 16 + j] = c.iter().zip(&q[s * dsub..]).map(|(a, b)| a * b).sum();
+        }
+    }
+    let mut bias = 0f32;
+    let mut range = 0f32;
+    let mins: Vec<f32> = (0..nsub)
+        .map(|s| {
+            let t = &lut[s * 16..(s + 1) * 16];
+            let (lo, hi) = t
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+            bias += lo;
+            range = range.max(hi - lo);
+            lo
+        })
+        .collect();
+    let delta = range.max(f32::MIN_POSITIVE) / 255.0;
+    let q8 = |s: usize, j: usize| ((lut[s * 16 + j] - mins[s]) / delta).round() as u8;
+    let mut luts = vec![0u8; nsub / 4 * 128];
+    for grp in 0..nsub / 4 {
+        let t = &mut luts[grp * 128..(grp + 1) * 128];
+        for j in 0..16 {
+            // Low nibbles: subspace 4g in lanes 0-1, 4g+2 in lanes 2-3; high: 4g+1, 4g+3.
+            for lane in 0..4 {
+                let (lo_s, hi_s) = if lane < 2 {
+                    (4 * grp, 4 * grp + 1)
+                } else {
+                    (4 * grp + 2, 4 * grp + 3)
+                };
+                t[16 * lane + j] = q8(lo_s, j);
+                t[64 + 16 * lane + j] = q8(hi_s, j);
+            }
+        }
+    }
+    FsQuery { luts, bias, delta }
+}
+
+/// The 32 neighbors' table sums from a block's codes (`groups` groups of 64 bytes).
+///
+/// # Safety
+/// AVX-512 BW; `codes` readable for `64 * groups` bytes, `luts` for `128 * groups`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn fastscan_sums(codes: *const u8, luts: *const u8, groups: usize, out: &mut [u16; 32]) {
+    use std::arch::x86_64::*;
+    let nibble = _mm512_set1_epi8(0x0f);
+    let low_byte = _mm512_set1_epi16(0x00ff);
+    let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for g in 0..groups {
+        // SAFETY: within the caller's bounds.
+        let (x, tl, th) = unsafe {
+            (
+                _mm512_loadu_si512(codes.add(64 * g).cast()),
+                _mm512_loadu_si512(luts.add(128 * g).cast()),
+                _mm512_loadu_si512(luts.add(128 * g + 64).cast()),
+            )
+        };
+        let lo = _mm512_and_si512(x, nibble);
+        let hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+        let rl = _mm512_shuffle_epi8(tl, lo);
+        let rh = _mm512_shuffle_epi8(th, hi);
+        even = _mm512_add_epi16(even, _mm512_and_si512(rl, low_byte));
+        odd = _mm512_add_epi16(odd, _mm512_srli_epi16(rl, 8));
+        even = _mm512_add_epi16(even, _mm512_and_si512(rh, low_byte));
+        odd = _mm512_add_epi16(odd, _mm512_srli_epi16(rh, 8));
+    }
+    // Lanes 0-1 hold subspaces 4g, 4g+1 and lanes 2-3 subspaces 4g+2, 4g+3 of the same
+    // neighbors: add the halves, then interleave even and odd bytes' sums.
+    let e = _mm256_add_epi16(
+        _mm512_castsi512_si256(even),
+        _mm512_extracti64x4_epi64(even, 1),
+    );
+    let o = _mm256_add_epi16(
+        _mm512_castsi512_si256(odd),
+        _mm512_extracti64x4_epi64(odd, 1),
+    );
+    let a = _mm256_unpacklo_epi16(e, o);
+    let b = _mm256_unpackhi_epi16(e, o);
+    let mut words = [0u16; 32];
+    // SAFETY: 32 words written.
+    unsafe {
+        _mm256_storeu_si256(words.as_mut_ptr().cast(), a);
+        _mm256_storeu_si256(words.as_mut_ptr().add(16).cast(), b);
+    }
+    // a: lane 0 neighbors 0-7, lane 1 16-23; b: lane 0 8-15, lane 1 24-31.
+    out[0..8].copy_from_slice(&words[0..8]);
+    out[16..24].copy_from_slice(&words[8..16]);
+    out[8..16].copy_from_slice(&words[16..24]);
+    out[24..32].copy_from_slice(&words[24..32]);
+}
+
+/// The greedy descent by exact distances to layer 0's entry.
+fn descend(g: &Graph, q: &[f32]) -> (u32, f32) {
+    let mut cur = g.entry;
+    let mut cur_d = exact(g, q, cur);
+    for layer in (1..=g.top).rev() {
+        loop {
+            let mut changed = false;
+            if let Some(list) = g.upper[cur as usize].get(layer - 1) {
+                for &n in list {
+                    if n == EMPTY {
+                        continue;
+                    }
+                    let d = exact(g, q, n);
+                    if d < cur_d {
+                        (cur, cur_d) = (n, d);
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    (cur, cur_d)
+}
+
+/// [`search`] over FastScan blocks: each expanded node's 32 neighbors scored at once.
+fn search_fastscan(
+    g: &Graph,
+    f: &FastScan,
+    q: &[f32],
+    ef: usize,
+    rr: usize,
+    s: &mut Scratch,
+) -> Vec<u32> {
+    let (cur, cur_d) = descend(g, q);
+    let p = prepare_fastscan(f, q);
+    s.start(cur, cur_d);
+    let bb = f.block;
+    let lines = bb.div_ceil(64) + 1;
+    let groups = f.nsub / 4;
+    let block_ptr = |n: u32| f.data[n as usize * bb..].as_ptr();
+    prefetch_code(block_ptr(cur), lines);
+    let mut sums = [0u16; 32];
+    while let Some((cs, next)) = s.expand(ef) {
+        if let Some(next) = next {
+            prefetch_code(block_ptr(next), lines);
+        }
+        let block = &f.data[cs as usize * bb..(cs as usize + 1) * bb];
+        // SAFETY: AVX-512 BW checked in main; the block holds `groups` groups after its words.
+        unsafe { fastscan_sums(block[4 * M0..].as_ptr(), p.luts.as_ptr(), groups, &mut sums) };
+        let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
+        for i in 0..M0 {
+            let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
+            if w == EMPTY || s.visited[w as usize] == s.epoch {
+                continue;
+            }
+            s.visited[w as usize] = s.epoch;
+            s.estimates += 1;
+            let d = 1.0 - (p.bias + p.delta * f32::from(sums[i]));
+            s.offer(d, w, ef, &mut bound);
+        }
+    }
+    rerank(g, s, q, rr)
+}
+
+/// The beam's `rr` nearest estimates ranked by exact distance: the 10 nearest.
+fn rerank(g: &Graph, s: &mut Scratch, q: &[f32], rr: usize) -> Vec<u32> {
     let mut found: Vec<u64> = s.beam.drain().collect();
     found.sort_unstable();
     found.truncate(rr);
@@ -605,6 +901,20 @@ fn main() -> chassis::Result<()> {
             c.bytes
         );
     }
+    let fastscan: Vec<FastScan> = [4usize, 2]
+        .iter()
+        .map(|&dsub| train_fastscan(&g, dsub))
+        .collect();
+    for f in &fastscan {
+        println!(
+            "pq4fs-d{}: {} subspaces of {} dims, {} code bytes, {} bytes a node",
+            f.dsub,
+            f.nsub,
+            f.dsub,
+            f.nsub / 2,
+            f.block
+        );
+    }
     let mut s = Scratch {
         visited: vec![0; n],
         epoch: 0,
@@ -618,10 +928,21 @@ fn main() -> chassis::Result<()> {
     let mut variants: Vec<Variant> = codes
         .iter()
         .enumerate()
-        .map(|(i, c)| (c.layout.name().to_string(), i, None))
+        .map(|(i, c)| (c.layout.name().to_string(), Walk::Codes(i, None)))
         .collect();
     for margin in [0.06f32, 0.1, 0.15] {
-        variants.push((format!("int4-gate{margin}"), 0, Some((3, margin))));
+        variants.push((
+            format!("int4-gate{margin}"),
+            Walk::Codes(0, Some((3, margin))),
+        ));
+    }
+    for (i, f) in fastscan.iter().enumerate() {
+        variants.push((format!("pq4fs-d{}", f.dsub), Walk::FastScan(i)));
+    }
+    // `--only a,b`: the variants named (all by default).
+    if let Some(only) = arg("--only") {
+        let names: Vec<&str> = only.split(',').collect();
+        variants.retain(|(name, _)| names.contains(&name.as_str()));
     }
     let settings: Vec<(usize, usize)> = [24, 32, 48, 64, 96, 128]
         .iter()
@@ -648,15 +969,22 @@ fn main() -> chassis::Result<()> {
         let mut recall = vec![0f64; nv];
         let mut work = vec![(0f64, 0f64, 0f64); nv];
         for round in 0..rounds {
-            for (vi, (_, ci, gate)) in variants.iter().enumerate() {
-                let c = &codes[*ci];
-                let gate = gate.map(|(gi, m)| (&codes[gi], m));
+            for (vi, (_, walk)) in variants.iter().enumerate() {
                 (s.hops, s.estimates, s.gated) = (0, 0, 0);
                 let t = Instant::now();
-                let res: Vec<Vec<u32>> = qs
-                    .iter()
-                    .map(|q| search(&g, c, gate, q, ef, rr, &mut s))
-                    .collect();
+                let res: Vec<Vec<u32>> = match walk {
+                    Walk::Codes(ci, gate) => {
+                        let c = &codes[*ci];
+                        let gate = gate.map(|(gi, m)| (&codes[gi], m));
+                        qs.iter()
+                            .map(|q| search(&g, c, gate, q, ef, rr, &mut s))
+                            .collect()
+                    }
+                    Walk::FastScan(fi) => qs
+                        .iter()
+                        .map(|q| search_fastscan(&g, &fastscan[*fi], q, ef, rr, &mut s))
+                        .collect(),
+                };
                 let secs = t.elapsed().as_secs_f64();
                 if round > 0 {
                     qps[vi].push(qs.len() as f64 / secs);
