@@ -43,6 +43,10 @@ use chassis::graph::{GraphStore, VectorRef, EMPTY};
 use chassis::{Index, IndexReader, Metric, Options, VectorLayout};
 use chassis_bench::{advise_huge, arg, median, pypi_minilm, read_fvecs, read_ivecs};
 
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
 const M0: usize = 32;
 
 /// Bytes of one node's block in the `bit1-lists` layout: its words, then its neighbors' codes.
@@ -356,6 +360,8 @@ fn key_dist(k: u64) -> f32 {
 enum Walk {
     Codes(usize, Option<(usize, f32)>),
     FastScan(usize),
+    /// int4 codes by slot, this many queries interleaved.
+    Interleaved(usize),
 }
 type Variant = (String, Walk);
 
@@ -721,6 +727,59 @@ unsafe fn fastscan_sums(codes: *const u8, luts: *const u8, groups: usize, out: &
     out[24..32].copy_from_slice(&words[24..32]);
 }
 
+/// Renumbers `g`'s slots in breadth-first order over layer 0 from the entry point (lists in
+/// order; slots it never reaches after them, in their order); returns each new slot's old one.
+fn reorder(g: &mut Graph) -> Vec<u32> {
+    let n = g.n;
+    let mut new_of = vec![EMPTY; n];
+    let mut order: Vec<u32> = Vec::with_capacity(n);
+    fn visit(s: u32, new_of: &mut [u32], order: &mut Vec<u32>) {
+        if new_of[s as usize] == EMPTY {
+            new_of[s as usize] = order.len() as u32;
+            order.push(s);
+        }
+    }
+    visit(g.entry, &mut new_of, &mut order);
+    let mut head = 0;
+    let mut next_root = 0u32;
+    while order.len() < n {
+        if head == order.len() {
+            while new_of[next_root as usize] != EMPTY {
+                next_root += 1;
+            }
+            visit(next_root, &mut new_of, &mut order);
+        }
+        let s = order[head] as usize;
+        head += 1;
+        for &w in &g.level0[s * M0..(s + 1) * M0] {
+            if w != EMPTY {
+                visit(w, &mut new_of, &mut order);
+            }
+        }
+    }
+    let map = |w: u32| if w == EMPTY { EMPTY } else { new_of[w as usize] };
+    let d = g.dims;
+    let mut level0 = Vec::with_capacity(n * M0);
+    let mut vectors = Vec::with_capacity(n * d);
+    advise_huge(&level0);
+    advise_huge(&vectors);
+    let mut upper = Vec::with_capacity(n);
+    for &old in &order {
+        let o = old as usize;
+        level0.extend(g.level0[o * M0..(o + 1) * M0].iter().map(|&w| map(w)));
+        vectors.extend_from_slice(&g.vectors[o * d..(o + 1) * d]);
+        upper.push(
+            g.upper[o]
+                .iter()
+                .map(|l| l.iter().map(|&w| map(w)).collect())
+                .collect(),
+        );
+    }
+    (g.level0, g.vectors, g.upper) = (level0, vectors, upper);
+    g.entry = new_of[g.entry as usize];
+    order
+}
+
 /// The greedy descent by exact distances to layer 0's entry.
 fn descend(g: &Graph, q: &[f32]) -> (u32, f32) {
     let mut cur = g.entry;
@@ -807,6 +866,107 @@ fn rerank(g: &Graph, s: &mut Scratch, q: &[f32], rr: usize) -> Vec<u32> {
     ranked.iter().take(10).map(|x| x.1).collect()
 }
 
+/// One query's walk in [`search_interleaved`]: its scratch, prepared weights, and which query.
+struct Lane {
+    s: Scratch,
+    p: Option<Prepared>,
+    qi: usize,
+}
+
+impl Scratch {
+    fn new(n: usize) -> Self {
+        Scratch {
+            visited: vec![0; n],
+            epoch: 0,
+            cand: BinaryHeap::new(),
+            beam: BinaryHeap::new(),
+            gathered: Vec::new(),
+            hops: 0,
+            estimates: 0,
+            gated: 0,
+        }
+    }
+}
+
+/// [`search`] by int4 codes by slot, `lanes` queries walked in turn one expansion at a time:
+/// an expansion gathers and prefetches its neighbors' codes and lists, and scores them only
+/// at the lane's next turn, so each lane's loads land while the others work (interleaved
+/// execution, as in AMAC or coroutine-interleaved index lookups). Same answers as [`search`].
+fn search_interleaved(
+    g: &Graph,
+    c: &Codes,
+    qs: &[Vec<f32>],
+    ef: usize,
+    rr: usize,
+    lanes: &mut [Lane],
+) -> Vec<Vec<u32>> {
+    let mut out = vec![Vec::new(); qs.len()];
+    let mut next_q = 0;
+    let start = |lane: &mut Lane, qi: usize| {
+        let q = &qs[qi];
+        let (cur, cur_d) = descend(g, q);
+        lane.p = Some(prepare(c, q));
+        lane.qi = qi;
+        lane.s.start(cur, cur_d);
+        lane.s.gathered.clear();
+        prefetch(g.level0[cur as usize * M0..].as_ptr().cast(), 2);
+    };
+    for lane in lanes.iter_mut() {
+        if next_q < qs.len() {
+            start(lane, next_q);
+            next_q += 1;
+        } else {
+            lane.p = None;
+        }
+    }
+    let mut active = lanes.iter().filter(|l| l.p.is_some()).count();
+    while active > 0 {
+        for lane in lanes.iter_mut() {
+            let Some(p) = lane.p.as_ref() else {
+                continue;
+            };
+            let s = &mut lane.s;
+            // Score what the last turn gathered.
+            let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
+            let gathered = std::mem::take(&mut s.gathered);
+            s.estimates += gathered.len() as u64;
+            for &(n, ptr) in &gathered {
+                // SAFETY: checked for AVX-512 VNNI in main; `ptr` has `c.bytes` bytes.
+                let d = unsafe { estimate(c, p, ptr) };
+                s.offer(d, n, ef, &mut bound);
+            }
+            s.gathered = gathered;
+            s.gathered.clear();
+            // Expand the next candidate: gather and prefetch, score next turn.
+            if let Some((cs, next)) = s.expand(ef) {
+                if let Some(next) = next {
+                    prefetch(g.level0[next as usize * M0..].as_ptr().cast(), 2);
+                }
+                for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
+                    if w == EMPTY || s.visited[w as usize] == s.epoch {
+                        continue;
+                    }
+                    s.visited[w as usize] = s.epoch;
+                    let ptr = c.data[w as usize * c.bytes..].as_ptr();
+                    prefetch_range(ptr, c.bytes);
+                    s.gathered.push((w, ptr));
+                }
+                continue;
+            }
+            let qi = lane.qi;
+            out[qi] = rerank(g, &mut lane.s, &qs[qi], rr);
+            if next_q < qs.len() {
+                start(lane, next_q);
+                next_q += 1;
+            } else {
+                lane.p = None;
+                active -= 1;
+            }
+        }
+    }
+    out
+}
+
 fn main() -> chassis::Result<()> {
     assert!(
         std::arch::is_x86_feature_detected!("avx512vnni")
@@ -875,6 +1035,14 @@ fn main() -> chassis::Result<()> {
         }
         g.upper.push(layers);
     }
+    // `--reorder`: slots renumbered in breadth-first order of layer 0 from the entry point, so
+    // a node's neighbors lie near it (graph reordering for cache locality); `original[s]` is
+    // the row of slot `s`.
+    let original: Vec<u32> = if flag("--reorder") {
+        reorder(&mut g)
+    } else {
+        (0..n as u32).collect()
+    };
     let qs: Vec<Vec<f32>> = (0..queries.len())
         .map(|i| {
             let q = queries.row(i);
@@ -915,16 +1083,14 @@ fn main() -> chassis::Result<()> {
             f.block
         );
     }
-    let mut s = Scratch {
-        visited: vec![0; n],
-        epoch: 0,
-        cand: BinaryHeap::new(),
-        beam: BinaryHeap::new(),
-        gathered: Vec::new(),
-        hops: 0,
-        estimates: 0,
-        gated: 0,
-    };
+    let mut s = Scratch::new(n);
+    let mut lanes: Vec<Lane> = (0..8)
+        .map(|_| Lane {
+            s: Scratch::new(n),
+            p: None,
+            qi: 0,
+        })
+        .collect();
     let mut variants: Vec<Variant> = codes
         .iter()
         .enumerate()
@@ -938,6 +1104,9 @@ fn main() -> chassis::Result<()> {
     }
     for (i, f) in fastscan.iter().enumerate() {
         variants.push((format!("pq4fs-d{}", f.dsub), Walk::FastScan(i)));
+    }
+    for l in [2usize, 4, 8] {
+        variants.push((format!("int4-x{l}"), Walk::Interleaved(l)));
     }
     // `--only a,b`: the variants named (all by default).
     if let Some(only) = arg("--only") {
@@ -984,6 +1153,15 @@ fn main() -> chassis::Result<()> {
                         .iter()
                         .map(|q| search_fastscan(&g, &fastscan[*fi], q, ef, rr, &mut s))
                         .collect(),
+                    Walk::Interleaved(l) => {
+                        let res = search_interleaved(&g, &codes[0], &qs, ef, rr, &mut lanes[..*l]);
+                        for lane in &mut lanes {
+                            (s.hops, s.estimates) =
+                                (s.hops + lane.s.hops, s.estimates + lane.s.estimates);
+                            (lane.s.hops, lane.s.estimates) = (0, 0);
+                        }
+                        res
+                    }
                 };
                 let secs = t.elapsed().as_secs_f64();
                 if round > 0 {
@@ -994,7 +1172,11 @@ fn main() -> chassis::Result<()> {
                     let hits: usize = res
                         .iter()
                         .zip(&gt)
-                        .map(|(r, t)| r.iter().filter(|x| t[..10].contains(&(**x as i32))).count())
+                        .map(|(r, t)| {
+                            r.iter()
+                                .filter(|&&x| t[..10].contains(&(original[x as usize] as i32)))
+                                .count()
+                        })
                         .sum();
                     recall[vi] = hits as f64 / (10 * qs.len()) as f64;
                 }
