@@ -348,6 +348,7 @@ impl GraphStore for Graph {
     fn routing_count(&self) -> u32 {
         self.routing
     }
+    #[inline(always)]
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         match self.p.regions.vector(slot)? {
             VectorRef::Split(h) if self.p.shared.walk.exact() => Some(VectorRef::SplitExact(h)),

@@ -213,7 +213,7 @@ fn no_space(e: Error) -> Error {
 
 /// The vector of `dims` values stored in `layout` whose parts lie at `parts` in `region`
 /// ([`SegmentLayout::vector_parts`]), lent in place; `None` where a part is not mapped.
-#[inline]
+#[inline(always)]
 pub(crate) fn lend_vector(
     region: &Region,
     layout: VectorLayout,
@@ -321,7 +321,7 @@ impl Regions {
     }
 
     /// The vector of `slot`, if its segment is mapped.
-    #[inline]
+    #[inline(always)]
     pub fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         let (seg, off) = self.slot_place(slot)?;
         lend_vector(
