@@ -13,7 +13,7 @@
 //! ([`VectorLayout::SplitPlanar`], read version 6, the default) hold the same halves as the
 //! split layout but not side by side: a segment keeps every slot's high halves in one plane
 //! and every slot's low halves in a second plane after it
-//! ([`super::geometry::SegmentLayout::vector_part`]), so the bytes a walk reads lie
+//! ([`super::geometry::SegmentLayout::vector_parts`]), so the bytes a walk reads lie
 //! `2 · dims` apart instead of `4 · dims` (at 128 dimensions this halves the time a walk
 //! waits for memory: docs/decisions/0009).
 //!

@@ -111,7 +111,7 @@ pub(super) fn gather_two_hop<S: GraphStore>(
 /// The exact `k` nearest of `slots` (each scored once; slots without a vector are skipped),
 /// nearest first: what a search returns, by scanning instead of walking. Split vectors are
 /// scored by high halves, then ranked exactly as far as their error bound leaves in doubt
-/// ([`rank_exactly`]), so the answer is exact while most vectors are read half.
+/// (`rank::rank_exactly`), so the answer is exact while most vectors are read half.
 pub fn scan<S: GraphStore>(
     store: &S,
     dist: &Distance,

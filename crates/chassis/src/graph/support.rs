@@ -31,8 +31,8 @@
 //! not needed, never a lost node.
 //!
 //! The expensive steps are bounded, so that a repair of a damaged file stays near linear:
-//! displacing a neighbor is tried at the [`DISPLACE_TRIES`] nearest candidates, and the last
-//! resort looks through the first [`LAST_RESORT_SCAN`] slots; a node still without a
+//! displacing a neighbor is tried at the `DISPLACE_TRIES` nearest candidates, and the last
+//! resort looks through the first `LAST_RESORT_SCAN` slots; a node still without a
 //! supporter is returned as a failure for the caller to count (never seen on real data).
 //!
 //! Parallel inserts check supporters without a lock on the lists they read, so two threads

@@ -636,7 +636,7 @@ fn complete_vector_leg(
 /// One hybrid search of `k` over the legs a handle provides (the writer's publication or a
 /// reader's snapshot, so both legs see one state): `vector_leg(depth, ef)` (filtered when the
 /// search is), `text_leg(depth)`, and `distance(slot)`, the exact vector distance of a text
-/// hit, which completes the vector leg ([`complete_vector_leg`]); then fusion.
+/// hit, which completes the vector leg (`complete_vector_leg`); then fusion.
 pub fn search_hybrid(
     k: usize,
     ef: usize,
@@ -669,7 +669,7 @@ pub struct HybridOptions {
     pub text_weight: f32,
     /// How many candidates each leg returns before fusion; 0 (the default) means
     /// max(k, [`DEFAULT_DEPTH`]). The vector leg searches with ef at least this, and is
-    /// completed by the text leg's candidates ([`complete_vector_leg`]).
+    /// completed by the text leg's candidates (`complete_vector_leg`).
     pub depth: usize,
 }
 
