@@ -531,7 +531,10 @@ struct FastScan {
 /// writes every node's block.
 fn train_fastscan(g: &Graph, dsub: usize) -> FastScan {
     let (n, d) = (g.n, g.dims);
-    assert!(d % (4 * dsub) == 0, "dims must split into groups of four subspaces");
+    assert!(
+        d % (4 * dsub) == 0,
+        "dims must split into groups of four subspaces"
+    );
     let nsub = d / dsub;
     let row = |i: usize| &g.vectors[i * d..(i + 1) * d];
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -757,7 +760,13 @@ fn reorder(g: &mut Graph) -> Vec<u32> {
             }
         }
     }
-    let map = |w: u32| if w == EMPTY { EMPTY } else { new_of[w as usize] };
+    let map = |w: u32| {
+        if w == EMPTY {
+            EMPTY
+        } else {
+            new_of[w as usize]
+        }
+    };
     let d = g.dims;
     let mut level0 = Vec::with_capacity(n * M0);
     let mut vectors = Vec::with_capacity(n * d);
