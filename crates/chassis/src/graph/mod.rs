@@ -1331,9 +1331,9 @@ mod tests {
     }
 
     /// A one-layer graph of split vectors (format 4's layout), linked by [`insert`].
-    struct SplitPoints {
-        halves: Vec<Vec<u16>>,
-        lists: Vec<Vec<AtomicU32>>,
+    pub(super) struct SplitPoints {
+        pub(super) halves: Vec<Vec<u16>>,
+        pub(super) lists: Vec<Vec<AtomicU32>>,
     }
 
     impl GraphStore for SplitPoints {
@@ -1353,7 +1353,7 @@ mod tests {
         }
     }
 
-    fn split_points(metric: Metric, n: usize, dims: usize, seed: u64) -> SplitPoints {
+    pub(super) fn split_points(metric: Metric, n: usize, dims: usize, seed: u64) -> SplitPoints {
         let mut x = seed | 1;
         let mut next = || {
             x ^= x << 13;
@@ -1398,76 +1398,6 @@ mod tests {
             insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
         }
         store
-    }
-
-    /// Fails if a scan of split vectors returns anything but the exact k nearest when the
-    /// first few by walk distance can't settle it: every high half here is the same, so the
-    /// walk distances tie and the nearest by exact distance are the last slots, which the
-    /// first `k + SCAN_RANK_EXTRA` in walk order (ties by slot) never include; the scan must
-    /// fall back to ranking all of them. Also checks random vectors against brute force.
-    #[test]
-    fn scans_of_split_vectors_are_exact_even_when_high_halves_tie() {
-        let (n, dims, k) = (200usize, 8usize, 10usize);
-        let dist = Distance::new(Metric::L2Squared);
-        let store = SplitPoints {
-            halves: (0..n)
-                .map(|i| {
-                    // 1.0 plus a few units in the last place: bits 0x3F80_xxxx, one high half.
-                    let mut v = [1.0f32; 8];
-                    v[0] = f32::from_bits(0x3F80_0000 + 100 * (n - i) as u32);
-                    let mut bytes = vec![0u8; 4 * dims];
-                    crate::format::vector::encode(
-                        crate::format::vector::VectorLayout::SplitHalves,
-                        &v,
-                        &mut bytes,
-                    );
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                        .collect()
-                })
-                .collect(),
-            lists: Vec::new(),
-        };
-        let q = [0.0f32; 8];
-        let exact_top = |store: &SplitPoints, q: &[f32]| {
-            let mut all: Vec<Scored> = (0..store.halves.len() as u32)
-                .map(|slot| Scored {
-                    distance: dist.exact(q, store.vector(slot).unwrap(), &mut Vec::new()),
-                    slot,
-                })
-                .collect();
-            all.sort_unstable();
-            all.truncate(k);
-            all
-        };
-        let mut scratch = Scratch::default();
-        let got = scan(&store, &dist, &q, 0..n as u32, k, &mut scratch);
-        let want = exact_top(&store, &q);
-        assert_eq!(
-            want.iter().map(|s| s.slot).collect::<Vec<_>>(),
-            (n as u32 - k as u32..n as u32).rev().collect::<Vec<_>>(),
-            "the construction: the last slots are the nearest"
-        );
-        assert_eq!(got, want);
-        // Random vectors: the first few settle it, and the answer is still exact.
-        let store = split_points(Metric::L2Squared, 600, 24, 5);
-        for qi in 0..20 {
-            let q: Vec<f32> = (0..24)
-                .map(|j| ((qi * 13 + j * 5) % 11) as f32 / 5.5 - 1.0)
-                .collect();
-            let slots = (qi as u32 % 3..600).step_by(3);
-            let got = scan(&store, &dist, &q, slots.clone(), k, &mut scratch);
-            let mut want: Vec<Scored> = slots
-                .map(|slot| Scored {
-                    distance: dist.exact(&q, store.vector(slot).unwrap(), &mut Vec::new()),
-                    slot,
-                })
-                .collect();
-            want.sort_unstable();
-            want.truncate(k);
-            assert_eq!(got, want, "query {qi}");
-        }
     }
 
     /// Fails if ranking the ef found by exact distance skips a vector that belongs among the
