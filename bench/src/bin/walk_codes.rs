@@ -408,6 +408,20 @@ impl Scratch {
         Some((ck as u32, next))
     }
 
+    /// Marks `cs`'s unvisited layer-0 neighbors visited and gathers them with their codes in
+    /// `c` (by slot), each code prefetched.
+    fn gather_by_slot(&mut self, g: &Graph, c: &Codes, cs: u32) {
+        for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
+            if w == EMPTY || self.visited[w as usize] == self.epoch {
+                continue;
+            }
+            self.visited[w as usize] = self.epoch;
+            let ptr = c.data[w as usize * c.bytes..].as_ptr();
+            prefetch_range(ptr, c.bytes);
+            self.gathered.push((w, ptr));
+        }
+    }
+
     /// Offers slot `n` at estimate `d` to a beam of `ef`, whose bound (once full) is `bound`.
     fn offer(&mut self, d: f32, n: u32, ef: usize, bound: &mut f32) {
         if self.beam.len() < ef || d < *bound {
@@ -489,15 +503,7 @@ fn search(
                 s.gathered.push((w, ptr));
             }
         } else {
-            for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
-                if w == EMPTY || s.visited[w as usize] == s.epoch {
-                    continue;
-                }
-                s.visited[w as usize] = s.epoch;
-                let ptr = c.data[w as usize * c.bytes..].as_ptr();
-                prefetch_range(ptr, c.bytes);
-                s.gathered.push((w, ptr));
-            }
+            s.gather_by_slot(g, c, cs);
         }
         let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
         s.estimates += s.gathered.len() as u64;
@@ -951,15 +957,7 @@ fn search_interleaved(
                 if let Some(next) = next {
                     prefetch(g.level0[next as usize * M0..].as_ptr().cast(), 2);
                 }
-                for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
-                    if w == EMPTY || s.visited[w as usize] == s.epoch {
-                        continue;
-                    }
-                    s.visited[w as usize] = s.epoch;
-                    let ptr = c.data[w as usize * c.bytes..].as_ptr();
-                    prefetch_range(ptr, c.bytes);
-                    s.gathered.push((w, ptr));
-                }
+                s.gather_by_slot(g, c, cs);
                 continue;
             }
             let qi = lane.qi;
