@@ -1109,28 +1109,33 @@ pub(super) fn one_minus_dot_avx512(a: &[f32], b: &[f32]) -> f32 {
     1.0 - unsafe { kernel_avx512::<false>(a, b) }
 }
 
-/// One code's integer sum for a prepared query (see coded_query.rs): per [`BLOCK`] code bytes,
-/// byte products with the weights' high and low bytes (int4: of the even and the odd
+/// The integer sums of `W` codes for a prepared query (see coded_query.rs): per [`BLOCK`] code
+/// bytes, byte products with the weights' high and low bytes (int4: of the even and the odd
 /// dimensions, the nibbles masked apart; L2: the squares looked up by nibble and summed with
-/// their own weights), combined at the end in f32 with the query's scales and constant.
+/// their own weights), combined at the end in f32 with the query's scales and constant. The W
+/// codes share each block's weight loads, and their sums are reduced across lanes together
+/// ([`hsum512_x4`]): scored one at a time, each code's reduction was a chain of eight dependent
+/// steps, about half of the kernel's time (pypi-minilm, f16 with int4 codes).
 ///
 /// # Safety
-/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI; `code` must point at
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI; each of `codes` must point at
 /// `w.code_bytes` readable bytes; `w.weights` (and `w.square_weights` when L2) must hold
 /// `w.blocks` blocks as `CodedQuery::prepare` lays them out.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
+unsafe fn integer_codes_avx512_w<const INT4: bool, const L2: bool>(
     w: &CodedQuery,
-    code: *const u8,
-) -> f32 {
+    codes: [*const u8; AVX512_CODES_AT_ONCE],
+) -> [f32; AVX512_CODES_AT_ONCE] {
+    const W: usize = AVX512_CODES_AT_ONCE;
     let per_block = if INT4 { 4 * BLOCK } else { 2 * BLOCK };
     let nibble = _mm512_set1_epi8(0x0f);
     let squares = _mm512_broadcast_i32x4(_mm_setr_epi8(
         0, 1, 4, 9, 16, 25, 36, 49, 64, 81, 100, 121, -112, -87, -60, -31,
     ));
-    let (mut hi, mut lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    let (mut sq_hi, mut sq_lo) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let zero = _mm512_setzero_si512();
+    let (mut hi, mut lo) = ([zero; W], [zero; W]);
+    let (mut sq_hi, mut sq_lo) = ([zero; W], [zero; W]);
     let (pw, ps) = (&w.weights[..], &w.square_weights[..]);
     for b in 0..w.blocks {
         let left = w.code_bytes - b * BLOCK;
@@ -1139,9 +1144,10 @@ unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
         } else {
             (1u64 << left) - 1
         };
-        // SAFETY: the mask keeps the load inside the code's `code_bytes` bytes (masked-off
+        // SAFETY: the mask keeps each load inside its code's `code_bytes` bytes (masked-off
         // bytes are neither read nor faulted on).
-        let x = unsafe { _mm512_maskz_loadu_epi8(mask, code.add(b * BLOCK).cast()) };
+        let x =
+            codes.map(|code| unsafe { _mm512_maskz_loadu_epi8(mask, code.add(b * BLOCK).cast()) });
         let at = b * per_block;
         let load = |weights: &[i8], off: usize| {
             debug_assert!(at + off + BLOCK <= weights.len());
@@ -1151,71 +1157,118 @@ unsafe fn integer_code_avx512<const INT4: bool, const L2: bool>(
             unsafe { _mm512_loadu_si512(weights.as_ptr().add(at + off).cast()) }
         };
         if INT4 {
-            let even = _mm512_and_si512(x, nibble);
-            let odd = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
-            hi = _mm512_dpbusd_epi32(hi, even, load(pw, 0));
-            lo = _mm512_dpbusd_epi32(lo, even, load(pw, BLOCK));
-            hi = _mm512_dpbusd_epi32(hi, odd, load(pw, 2 * BLOCK));
-            lo = _mm512_dpbusd_epi32(lo, odd, load(pw, 3 * BLOCK));
-            if L2 {
-                // Nibbles 0..=15 index the table of squares (bytes read as unsigned).
-                let (se, so) = (
-                    _mm512_shuffle_epi8(squares, even),
-                    _mm512_shuffle_epi8(squares, odd),
-                );
-                sq_hi = _mm512_dpbusd_epi32(sq_hi, se, load(ps, 0));
-                sq_lo = _mm512_dpbusd_epi32(sq_lo, se, load(ps, BLOCK));
-                sq_hi = _mm512_dpbusd_epi32(sq_hi, so, load(ps, 2 * BLOCK));
-                sq_lo = _mm512_dpbusd_epi32(sq_lo, so, load(ps, 3 * BLOCK));
+            let (even_hi, even_lo) = (load(pw, 0), load(pw, BLOCK));
+            let (odd_hi, odd_lo) = (load(pw, 2 * BLOCK), load(pw, 3 * BLOCK));
+            for k in 0..W {
+                let even = _mm512_and_si512(x[k], nibble);
+                let odd = _mm512_and_si512(_mm512_srli_epi16(x[k], 4), nibble);
+                hi[k] = _mm512_dpbusd_epi32(hi[k], even, even_hi);
+                lo[k] = _mm512_dpbusd_epi32(lo[k], even, even_lo);
+                hi[k] = _mm512_dpbusd_epi32(hi[k], odd, odd_hi);
+                lo[k] = _mm512_dpbusd_epi32(lo[k], odd, odd_lo);
+                if L2 {
+                    // Nibbles 0..=15 index the table of squares (bytes read as unsigned).
+                    let (se, so) = (
+                        _mm512_shuffle_epi8(squares, even),
+                        _mm512_shuffle_epi8(squares, odd),
+                    );
+                    sq_hi[k] = _mm512_dpbusd_epi32(sq_hi[k], se, load(ps, 0));
+                    sq_lo[k] = _mm512_dpbusd_epi32(sq_lo[k], se, load(ps, BLOCK));
+                    sq_hi[k] = _mm512_dpbusd_epi32(sq_hi[k], so, load(ps, 2 * BLOCK));
+                    sq_lo[k] = _mm512_dpbusd_epi32(sq_lo[k], so, load(ps, 3 * BLOCK));
+                }
             }
         } else {
-            hi = _mm512_dpbusd_epi32(hi, x, load(pw, 0));
-            lo = _mm512_dpbusd_epi32(lo, x, load(pw, BLOCK));
+            let (whi, wlo) = (load(pw, 0), load(pw, BLOCK));
+            for k in 0..W {
+                hi[k] = _mm512_dpbusd_epi32(hi[k], x[k], whi);
+                lo[k] = _mm512_dpbusd_epi32(lo[k], x[k], wlo);
+            }
         }
     }
-    let alpha = _mm512_set1_ps(w.scale);
-    let mut v = _mm512_fmadd_ps(
-        _mm512_cvtepi32_ps(hi),
-        _mm512_set1_ps(128.0 * w.scale),
-        _mm512_mul_ps(_mm512_cvtepi32_ps(lo), alpha),
+    let (alpha, alpha_hi) = (_mm512_set1_ps(w.scale), _mm512_set1_ps(128.0 * w.scale));
+    let (beta, beta_hi) = (
+        _mm512_set1_ps(w.square_scale),
+        _mm512_set1_ps(128.0 * w.square_scale),
     );
-    if L2 {
-        v = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(sq_hi),
-            _mm512_set1_ps(128.0 * w.square_scale),
-            v,
+    let v: [__m512; W] = std::array::from_fn(|k| {
+        let mut v = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(hi[k]),
+            alpha_hi,
+            _mm512_mul_ps(_mm512_cvtepi32_ps(lo[k]), alpha),
         );
-        v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sq_lo), _mm512_set1_ps(w.square_scale), v);
-    }
-    w.constant + _mm512_reduce_add_ps(v)
+        if L2 {
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sq_hi[k]), beta_hi, v);
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sq_lo[k]), beta, v);
+        }
+        v
+    });
+    hsum512_x4(v).map(|s| w.constant + s)
 }
 
-/// [`integer_code_avx512`] to each of `c`.
+/// The sums of the 16 lanes of each of four vectors, reduced together: 128-bit lanes of pairs
+/// of vectors added (two shuffles and an add per pair), then again across the pairs, then the
+/// four values left in each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn hsum512_x4(v: [__m512; 4]) -> [f32; 4] {
+    // [a0+a2, a1+a3, b0+b2, b1+b3] by 128-bit lanes, for (v0, v1) and (v2, v3).
+    let pair = |a, b| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (s01, s23) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    // 128-bit lane k: four partial sums of v[k].
+    let u = _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23),
+    );
+    let u = _mm512_add_ps(u, _mm512_permute_ps::<0b10_11_00_01>(u));
+    let u = _mm512_add_ps(u, _mm512_permute_ps::<0b01_00_11_10>(u));
+    let mut out = [0f32; 16];
+    // SAFETY: `out` holds 16 f32, an unaligned store's 64 bytes.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), u) };
+    [out[0], out[4], out[8], out[12]]
+}
+
+/// Codes the AVX-512 integer kernel scores together (a divisor of [`BATCH_WIDTH`]; four keeps
+/// L2's sixteen accumulators in registers).
+const AVX512_CODES_AT_ONCE: usize = 4;
+
+/// [`integer_codes_avx512_w`] to each of `c`, [`AVX512_CODES_AT_ONCE`] at a time.
 ///
 /// # Safety
-/// As [`integer_code_avx512`], for every code of `c`.
+/// As [`integer_codes_avx512_w`], for every code of `c`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn integer_codes_avx512<const INT4: bool, const L2: bool>(
     w: &CodedQuery,
     c: [&[u8]; BATCH_WIDTH],
 ) -> [f32; BATCH_WIDTH] {
     // A group shorter than BATCH_WIDTH comes padded with its last code repeated
-    // (`codes_group`): the same bytes give the same sum, so a repeat is copied, not scored
-    // again (pypi-minilm, f16 with int4 codes, ef 48: 1 to 2% more queries a second).
+    // (`codes_group`): the same bytes give the same sum, so a run of codes that only repeats
+    // the last one scored is copied, not scored again.
     let mut out = [0f32; BATCH_WIDTH];
-    for j in 0..BATCH_WIDTH {
-        out[j] = if j > 0 && std::ptr::eq(c[j].as_ptr(), c[j - 1].as_ptr()) {
-            out[j - 1]
-        } else {
-            // SAFETY: the caller's contract, code by code.
-            unsafe { integer_code_avx512::<INT4, L2>(w, c[j].as_ptr()) }
-        };
+    let mut last: Option<(*const u8, f32)> = None;
+    for (o, c) in out
+        .chunks_exact_mut(AVX512_CODES_AT_ONCE)
+        .zip(c.chunks_exact(AVX512_CODES_AT_ONCE))
+    {
+        let p: [*const u8; AVX512_CODES_AT_ONCE] = std::array::from_fn(|k| c[k].as_ptr());
+        if let Some((_, sum)) = last.filter(|&(at, _)| p.iter().all(|&p| std::ptr::eq(p, at))) {
+            o.fill(sum);
+            continue;
+        }
+        // SAFETY: the caller's contract, code by code.
+        o.copy_from_slice(&unsafe { integer_codes_avx512_w::<INT4, L2>(w, p) });
+        last = Some((p[AVX512_CODES_AT_ONCE - 1], o[AVX512_CODES_AT_ONCE - 1]));
     }
     out
 }
 
 /// The integer sums of `W` codes for a prepared query with AVX2: the sums of
-/// [`integer_code_avx512`], 32 code bytes of each code a step, every weight loaded once a
+/// [`integer_codes_avx512_w`], 32 code bytes of each code a step, every weight loaded once a
 /// step for all W codes (whose loads, independent, overlap their misses). `vpmaddubsw`
 /// multiplies code bytes (int8's; int4's even and odd dimensions' nibbles, or their squares
 /// looked up by nibble) by weight bytes and adds pairs in 16-bit lanes, exact because the
