@@ -80,6 +80,9 @@ pub struct CodedQuery {
     ints: Vec<i32>,
 }
 
+/// Added to and subtracted from an f64 below 2⁵¹ in magnitude, rounds it to an integer.
+const ROUNDING: f64 = 6_755_399_441_055_744.0;
+
 /// `values` quantized to integers within ±`limit` into `out`: (α, Σ rⱼ, Σ |rⱼ|). All zero
 /// gives α = 1 and zero weights; a non-finite value gives NaN sums.
 fn quantize(values: &[f64], limit: f64, out: &mut Vec<i32>) -> (f32, f64, f64) {
@@ -93,15 +96,38 @@ fn quantize(values: &[f64], limit: f64, out: &mut Vec<i32>) -> (f32, f64, f64) {
     // A scale too small for f32 (subnormal queries) leaves everything in the residuals.
     let scale = if scale.is_normal() { scale } else { 1.0 };
     let alpha = f64::from(scale);
-    let (mut sum, mut abs) = (0f64, 0f64);
-    out.extend(values.iter().map(|&v| {
-        let t = (v / alpha).round().clamp(-limit, limit);
+    let inv = 1.0 / alpha;
+    // Four values a step, with four partial sums of each kind: steps that don't wait on one
+    // another's adds, and that the compiler keeps in registers and vector lanes.
+    let (mut sums, mut abss) = ([0f64; 4], [0f64; 4]);
+    out.resize(values.len(), 0);
+    let step = |v: f64, sum: &mut f64, abs: &mut f64| {
+        // Rounded to the nearest integer by adding and subtracting 1.5·2⁵² (exact for
+        // |x| < 2⁵¹; `f64::round` is a libm call without SSE4.1). Any nearest-integer
+        // choice serves: the residual below is exact whichever t is taken.
+        let x = (v * inv).max(-limit).min(limit);
+        let rounded = x + ROUNDING;
+        let t = rounded - ROUNDING;
         // Exact in f64: v is a product of two f32, alpha·t one of 24 and 15 bits.
         let r = v - alpha * t;
-        sum += r;
-        abs += r.abs();
-        t as i32
-    }));
+        *sum += r;
+        *abs += r.abs();
+        // `rounded` is 2⁵² + 2⁵¹ + t with a unit last place: its low 32 bits are t's two's
+        // complement (a conversion the compiler can keep in vector lanes, unlike `as i32`).
+        rounded.to_bits() as u32 as i32
+    };
+    let mut outs = out.chunks_exact_mut(4);
+    let mut ins = values.chunks_exact(4);
+    for (o, v) in (&mut outs).zip(&mut ins) {
+        for k in 0..4 {
+            o[k] = step(v[k], &mut sums[k], &mut abss[k]);
+        }
+    }
+    for (o, &v) in outs.into_remainder().iter_mut().zip(ins.remainder()) {
+        *o = step(v, &mut sums[0], &mut abss[0]);
+    }
+    let sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+    let abs = (abss[0] + abss[1]) + (abss[2] + abss[3]);
     (scale, sum, abs)
 }
 
@@ -119,13 +145,17 @@ fn lay_out(t: &[i32], int4: bool, blocks: usize, out: &mut Vec<i8>) {
     out.clear();
     let per_block = if int4 { 4 * BLOCK } else { 2 * BLOCK };
     out.resize(blocks * per_block, 0);
-    for (j, &w) in t.iter().enumerate() {
-        let (hi, lo) = split(w);
-        let (byte, half) = if int4 { (j / 2, j % 2) } else { (j, 0) };
-        let (block, i) = (byte / BLOCK, byte % BLOCK);
-        let at = block * per_block + half * 2 * BLOCK + i;
-        out[at] = hi;
-        out[at + BLOCK] = lo;
+    // A block's code bytes hold 2·BLOCK dimensions (int4) or BLOCK; its weights are [hi; 64]
+    // [lo; 64] of each byte's dimension (int4: of the even dimensions, then of the odd ones).
+    let dims = if int4 { 2 * BLOCK } else { BLOCK };
+    for (tb, ob) in t.chunks(dims).zip(out.chunks_exact_mut(per_block)) {
+        for (half, ob) in ob.chunks_exact_mut(2 * BLOCK).enumerate() {
+            let (his, los) = ob.split_at_mut(BLOCK);
+            let ts = tb.iter().skip(half).step_by(per_block / (2 * BLOCK));
+            for ((hi, lo), &w) in his.iter_mut().zip(los.iter_mut()).zip(ts) {
+                (*hi, *lo) = split(w);
+            }
+        }
     }
 }
 
