@@ -176,6 +176,14 @@ pub(super) fn prefetch_scan(v: VectorRef<'_>) {
     prefetch_lines(v.as_ptr(), scored_lines(v), policy().rest);
 }
 
+/// Prefetches the `lines` lines from `p` that exact ranking reads ([`super::rank`]: the low
+/// halves of a split vector, the whole vector after a walk by codes), as [`policy`] says for
+/// anything not walked by split vectors.
+#[inline(always)]
+pub(super) fn prefetch_exact(p: *const u8, lines: usize) {
+    prefetch_lines(p, lines, policy().rest);
+}
+
 /// The lines of `v` a search scores that it prefetches: all of them up to
 /// [`VECTOR_PREFETCH_LINES`]. Codes (384 bytes at 384 dimensions) get all their lines too:
 /// prefetching 1, 2 or 3 lines of a code was 16%, 15% and 11% slower than 12 at ef 48

@@ -10,15 +10,13 @@
 //! together ([`GraphStore::start_exact_batch`]) is waited for before any of it is used, and
 //! gives the same distances as reading each through the store.
 
-use super::{prefetch, Distance, ExactBatch, GraphStore, Scored, Scratch, VectorRef};
+use super::{
+    prefetch::prefetch_exact, Distance, ExactBatch, GraphStore, Scored, Scratch, VectorRef,
+};
 
 /// How many found slots ahead of the one whose lower bound is computed have their aux record
 /// prefetched ([`plan`]).
 const AUX_AHEAD: usize = 16;
-
-/// How many found vectors ahead of the one being ranked have their exact bytes prefetched
-/// into the CPU's caches.
-const RANK_PREFETCH_AHEAD: usize = 8;
 
 /// The walk distance ranked `k + RANK_LIKELY_EXTRA` (from 1) estimates the k-th exact
 /// distance with room to spare: the vectors whose lower bounds fall below it are read (or
@@ -253,7 +251,9 @@ impl<'s> Ranking<'s> {
         }
         let mut named = likely;
         // Cache lines: the bytes an exact distance reads beyond the walk's (the low halves of
-        // a split vector, the whole vector when the walk read a code), a fixed distance ahead.
+        // a split vector, the whole vector when the walk read a code), into the caches the
+        // CPU's prefetch policy names. Only those ranking will read: prefetching k + 8 up
+        // front, and into L1, stalled a Zen 4 core on its hints (docs/decisions/0007).
         let prefetch_lines = |s: &Scored| {
             if let Some(v) = store.exact_vector(s.slot) {
                 let [whole, low] = v.stored_parts();
@@ -263,14 +263,15 @@ impl<'s> Ranking<'s> {
                     [low, (whole.0, 0)]
                 };
                 for (at, bytes) in parts {
-                    prefetch(at, bytes.div_ceil(64));
+                    prefetch_exact(at, bytes.div_ceil(64));
                 }
             }
         };
+        // The likely ones now (past any batch); the rest as ranking reaches them, below.
         order
             .iter()
+            .take(likely)
             .skip(batched)
-            .take(k + RANK_PREFETCH_AHEAD)
             .for_each(prefetch_lines);
         // A max-heap of the nearest k so far: its top is the k-th exact distance.
         let nearest = &mut scratch.results;
@@ -284,17 +285,17 @@ impl<'s> Ranking<'s> {
             if kth.is_some_and(|kth| s.distance > kth) {
                 break;
             }
-            let ahead = i + k + RANK_PREFETCH_AHEAD;
-            if let Some(ahead) = order.get(ahead).filter(|_| ahead >= batched) {
-                prefetch_lines(ahead);
-            }
             // Ranking past the likely ones: name the next few that the k-th exact distance
-            // so far can't rule out (it only falls, so a vector it rules out is never read).
+            // so far can't rule out (it only falls, so a vector it rules out is never read),
+            // and prefetch them.
             while named < order.len()
                 && named <= i + RANK_NAME_AHEAD
                 && kth.is_none_or(|kth| order[named].distance <= kth)
             {
                 store.will_need_exact(order[named].slot);
+                if named >= batched {
+                    prefetch_lines(&order[named]);
+                }
                 named += 1;
             }
             let v = if i < batched {
