@@ -80,10 +80,28 @@ test('a reader in a worker thread, and many async searches, beside a writer', as
     const searches = await Promise.all(
       Array.from({ length: 64 }, (_, j) => ix.search(data.subarray(j * DIMS, (j + 1) * DIMS), { k: 1 })),
     )
-    for (const [j, s] of searches.entries()) assert.equal(s.ids[0], BigInt(j), 'each finds itself')
+    // Every answer is a vector of the index at its exact distance; a parallel add can leave
+    // an old vector reachable only by a longer path for a moment (the Python suite's
+    // test_threads_search_while_another_adds measured 0 to 2 of 4,000 missing themselves), so
+    // during the adds at most 2 of the 64 may miss themselves, and once idle at most 1.
+    let hits = 0
+    for (const [j, s] of searches.entries()) {
+      const id = Number(s.ids[0])
+      assert.ok(id >= 0 && id < (i + 1) * 1000, `an id of the index: ${id}`)
+      let exact = 0
+      for (let d = 0; d < DIMS; d++) exact += (data[j * DIMS + d] - data[id * DIMS + d]) ** 2
+      assert.ok(Math.abs(s.distances[0] - exact) <= 1e-4 * (1 + exact), `${s.distances[0]} against ${exact}`)
+      if (id === j) hits++
+    }
+    assert.ok(hits >= 62, `${hits} of 64 found themselves during an add`)
     await adding
     await ix.flush()
   }
+  const idle = await Promise.all(
+    Array.from({ length: 64 }, (_, j) => ix.search(data.subarray(j * DIMS, (j + 1) * DIMS), { k: 1 })),
+  )
+  const idleHits = idle.filter((s, j) => s.ids[0] === BigInt(j)).length
+  assert.ok(idleHits >= 63, `${idleHits} of 64 found themselves once idle`)
   const { searches, last } = await fromWorker
   assert.ok(searches > 10, `the worker searched ${searches} times`)
   assert.ok(last >= 1000 && last <= 4000)
