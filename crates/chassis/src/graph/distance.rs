@@ -185,7 +185,9 @@ pub const BATCH_WIDTH: usize = 8;
 
 /// The shortest vectors scored in batches. Measured in searches (docs/PERFORMANCE.md): at 384
 /// and 1,536 dimensions batches are 8% and 23% faster; at 128 (two cache lines a vector,
-/// where the eight horizontal sums cost as much as the products) 3% slower.
+/// where the eight horizontal sums cost as much as the products) 3% slower, and with the sums
+/// reduced together no faster in a 1M x 128 search and 2 to 4% slower in a build
+/// (docs/decisions/0006, last addendum).
 pub const BATCH_MIN_DIMS: usize = 256;
 
 /// How many spreads of a code's error a likely bound allows ([`Distance::code_likely_bound`])
