@@ -177,8 +177,9 @@ pub(super) fn prefetch_scan(v: VectorRef<'_>) {
 }
 
 /// Prefetches the `lines` lines from `p` that exact ranking reads ([`super::rank`]: the low
-/// halves of a split vector, the whole vector after a walk by codes), as [`policy`] says for
-/// anything not walked by split vectors.
+/// halves of a split vector, the whole vector after a walk by codes), or that neighbor
+/// selection decodes ([`super::select_neighbors`]), as [`policy`] says for anything not
+/// walked by split vectors.
 #[inline(always)]
 pub(super) fn prefetch_exact(p: *const u8, lines: usize) {
     prefetch_lines(p, lines, policy().rest);

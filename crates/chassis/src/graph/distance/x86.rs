@@ -1206,12 +1206,12 @@ unsafe fn integer_codes_avx512_w<const INT4: bool, const L2: bool>(
     hsum512_x4(v).map(|s| w.constant + s)
 }
 
-/// The sums of the 16 lanes of each of four vectors, reduced together: 128-bit lanes of pairs
-/// of vectors added (two shuffles and an add per pair), then again across the pairs, then the
-/// four values left in each 128-bit lane.
+/// Four vectors folded into one whose 128-bit lane k holds four partial sums of `v[k]`:
+/// 128-bit lanes of pairs of vectors added (two shuffles and an add per pair), then again
+/// across the pairs. The first step of [`hsum512_x4`] and [`hsum512_x8`].
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn hsum512_x4(v: [__m512; 4]) -> [f32; 4] {
+fn fold512_x4(v: [__m512; 4]) -> __m512 {
     // [a0+a2, a1+a3, b0+b2, b1+b3] by 128-bit lanes, for (v0, v1) and (v2, v3).
     let pair = |a, b| {
         _mm512_add_ps(
@@ -1220,11 +1220,18 @@ fn hsum512_x4(v: [__m512; 4]) -> [f32; 4] {
         )
     };
     let (s01, s23) = (pair(v[0], v[1]), pair(v[2], v[3]));
-    // 128-bit lane k: four partial sums of v[k].
-    let u = _mm512_add_ps(
+    _mm512_add_ps(
         _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23),
         _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23),
-    );
+    )
+}
+
+/// The sums of the 16 lanes of each of four vectors, reduced together ([`fold512_x4`]),
+/// then the four values left in each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn hsum512_x4(v: [__m512; 4]) -> [f32; 4] {
+    let u = fold512_x4(v);
     let u = _mm512_add_ps(u, _mm512_permute_ps::<0b10_11_00_01>(u));
     let u = _mm512_add_ps(u, _mm512_permute_ps::<0b01_00_11_10>(u));
     let mut out = [0f32; 16];
@@ -1233,28 +1240,15 @@ fn hsum512_x4(v: [__m512; 4]) -> [f32; 4] {
     [out[0], out[4], out[8], out[12]]
 }
 
-/// The sums of the 16 lanes of each of eight vectors, reduced together as
-/// [`hsum512_x4`] reduces four, then the two halves' 128-bit lanes interleaved and folded:
-/// 23 shuffles and adds where eight separate reductions take 64, which cost a batch of short
-/// vectors (128 dimensions) as much as its products.
+/// The sums of the 16 lanes of each of eight vectors: each half folded as [`hsum512_x4`]
+/// folds four, then the two halves' 128-bit lanes interleaved and folded: 23 shuffles and
+/// adds where eight separate reductions take 64.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn hsum512_x8(v: [__m512; BATCH_WIDTH]) -> [f32; BATCH_WIDTH] {
-    let pair = |a, b| {
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
-            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
-        )
-    };
-    let quad = |s01, s23| {
-        _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23),
-        )
-    };
     // 128-bit lane k: four partial sums of v[k] (low) and of v[k + 4] (high).
-    let low = quad(pair(v[0], v[1]), pair(v[2], v[3]));
-    let high = quad(pair(v[4], v[5]), pair(v[6], v[7]));
+    let low = fold512_x4([v[0], v[1], v[2], v[3]]);
+    let high = fold512_x4([v[4], v[5], v[6], v[7]]);
     // Lane k: [v[k] 0+2, v[k+4] 0+2, v[k] 1+3, v[k+4] 1+3], then both halves added.
     let u = _mm512_add_ps(_mm512_unpacklo_ps(low, high), _mm512_unpackhi_ps(low, high));
     let u = _mm512_add_ps(u, _mm512_permute_ps::<0b01_00_11_10>(u));
