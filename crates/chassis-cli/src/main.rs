@@ -317,7 +317,9 @@ enum Command {
         /// Codes of the new file: none, int8 or int4. Default: keep the file's.
         #[arg(long, value_parser = parse_codes)]
         codes: Option<chassis::CodeKind>,
-        /// Precision of the new file's vectors: f32 or f16. Default: keep the file's.
+        /// Precision of the new file's vectors: f32 or f16. Default: keep the file's. Without
+        /// --format, a file already in that precision keeps its format; f32 from a half
+        /// precision file is format 6.
         #[arg(long, value_parser = parse_precision)]
         precision: Option<chassis::Precision>,
         /// Keep the graph instead of rebuilding it, its slots renumbered so that neighbors sit
@@ -657,9 +659,14 @@ fn run(cli: Cli) -> Result<()> {
             precision,
             keep_graph,
         } => {
-            let format = layout_with(format, precision)?;
             let index =
                 Index::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            // --precision without --format keeps the file's layout where it already stores
+            // that precision (a format 3 or 4 file asked for f32 stays as it is).
+            let format = match (format, precision) {
+                (None, Some(p)) => Some(p.layout_from(index.info()?.vector_layout)),
+                (f, p) => layout_with(f, p)?,
+            };
             let bar = progress(index.len() as u64, "compacting");
             let t = Instant::now();
             let r = index

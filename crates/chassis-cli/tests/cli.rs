@@ -1123,6 +1123,14 @@ fn half_precision_files_from_the_command() {
         (Some("f32"), Some(6))
     );
     assert!(ok(&["check", ps]).contains("ok"));
+    // --precision without --format keeps a layout that already stores that precision.
+    ok(&["compact", ps, "--format", "3"]);
+    ok(&["compact", ps, "--precision", "f32"]);
+    let info: serde_json::Value = serde_json::from_str(&ok(&["info", ps, "--json"])).unwrap();
+    assert_eq!(
+        (info["precision"].as_str(), info["read_version"].as_u64()),
+        (Some("f32"), Some(3))
+    );
 }
 
 #[test]

@@ -347,9 +347,16 @@ pub struct CompactArgs {
     pub precision: Option<String>,
 }
 
-fn compact_options(o: &CompactArgs) -> napi::Result<CompactOptions> {
+/// `o` as the core's options, for a file now in layout `current`: a precision without a
+/// format keeps the file's layout where it already stores that precision.
+fn compact_options(o: &CompactArgs, current: VectorLayout) -> napi::Result<CompactOptions> {
     let vector_layout = match (o.format, o.precision.as_deref()) {
         (None, None) => None,
+        (None, Some(p)) => Some(
+            chassis::Precision::parse(p)
+                .ok_or_else(|| invalid(format!("precision must be 'f32' or 'f16', got {p:?}")))?
+                .layout_from(current),
+        ),
         (f, p) => Some(layout_of(f.unwrap_or(0), p.unwrap_or("f32"))?),
     };
     Ok(CompactOptions {
@@ -1148,10 +1155,16 @@ impl RawIndex {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn compact(&self, options: CompactArgs) -> napi::Result<AsyncTask<Job<(), ()>>> {
         let inner = self.open_inner()?;
-        let opts = compact_options(&options)?;
+        // Checked here, so that a bad argument throws at the call; resolved in the job against
+        // the file's layout.
+        compact_options(&options, VectorLayout::default())?;
         Ok(AsyncTask::new(job(
             inner,
-            move |inner| inner.writer()?.compact(opts).map(|_| ()).map_err(js),
+            move |inner| {
+                let ix = inner.writer()?;
+                let opts = compact_options(&options, ix.info().map_err(js)?.vector_layout)?;
+                ix.compact(opts).map(|_| ()).map_err(js)
+            },
             unit,
         )))
     }

@@ -150,6 +150,15 @@ test('one writer, readers beside it, dispose, compact and backup', async (t) => 
     await ix.compact({ format: 4, keepGraph: true })
     assert.deepEqual([ix.info().format, ix.info().readVersion], [4, 4])
     assert.equal(ix.size, 597)
+    // A precision without a format keeps a layout that already stores it.
+    await ix.compact({ precision: 'f32', keepGraph: true })
+    assert.deepEqual([ix.info().format, ix.info().precision], [4, 'f32'])
+    await ix.compact({ precision: 'f16' })
+    assert.deepEqual([ix.info().format, ix.info().precision], [5, 'f16'])
+    await ix.compact({ precision: 'f32' })
+    assert.deepEqual([ix.info().format, ix.info().precision], [6, 'f32'])
+    await assert.rejects(ix.compact({ precision: 'f8' }), InvalidArgumentError)
+    assert.equal(ix.size, 597)
   } finally {
     disposable[Symbol.dispose]()
   }

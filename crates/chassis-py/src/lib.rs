@@ -347,10 +347,9 @@ fn layout_of(format: u32) -> PyResult<VectorLayout> {
     }
 }
 
-/// The layout `format` and `precision` name together (`precision="f16"` is format 5; with
-/// format 3 it is a contradiction).
-fn layout_with(format: Option<u32>, precision: Option<&str>) -> PyResult<Option<VectorLayout>> {
-    let precision = precision
+/// The precision a name means (`f32`, `f16`).
+fn precision_of(precision: Option<&str>) -> PyResult<Option<chassis::Precision>> {
+    precision
         .map(|p| {
             chassis::Precision::parse(p).ok_or_else(|| {
                 InvalidArgumentError::new_err(format!(
@@ -358,7 +357,13 @@ fn layout_with(format: Option<u32>, precision: Option<&str>) -> PyResult<Option<
                 ))
             })
         })
-        .transpose()?;
+        .transpose()
+}
+
+/// The layout `format` and `precision` name together (`precision="f16"` is format 5; with
+/// format 3 it is a contradiction).
+fn layout_with(format: Option<u32>, precision: Option<&str>) -> PyResult<Option<VectorLayout>> {
+    let precision = precision_of(precision)?;
     let layout = format.map(layout_of).transpose()?;
     Ok(match (layout, precision) {
         (Some(VectorLayout::F32), Some(chassis::Precision::F16)) => {
@@ -704,10 +709,23 @@ impl RawIndex {
         keep_graph: bool,
         precision: Option<&str>,
     ) -> PyResult<()> {
-        let vector_layout = layout_with(format, precision)?;
+        // A precision without a format keeps the file's layout where it already stores that
+        // precision (`Precision::layout_from`).
+        let vector_layout = match format {
+            Some(_) => layout_with(format, precision)?,
+            None => None,
+        };
+        let precision = match format {
+            Some(_) => None,
+            None => precision_of(precision)?,
+        };
         let codes = codes.map(codes_of).transpose()?;
         py.allow_threads(|| {
             self.with_writer(|ix| {
+                let vector_layout = match precision {
+                    Some(p) => Some(p.layout_from(ix.info()?.vector_layout)),
+                    None => vector_layout,
+                };
                 ix.compact(CompactOptions {
                     m,
                     ef_construction,

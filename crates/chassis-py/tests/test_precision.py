@@ -41,4 +41,14 @@ def test_f16_stores_rounded_values_and_searches_them_exactly(tmp_path):
     ix.compact(format=6, codes="none")
     assert (ix.info()["format"], ix.info()["read_version"]) == (6, 6)
     assert np.array_equal(ix.get(7), stored[7])
+    # A precision without a format keeps a layout that already stores it: f32 leaves a
+    # format 3 file format 3 (readable by the releases that read only format 3).
+    ix.compact(format=3)
+    ix.compact(precision="f32")
+    assert (ix.info()["format"], ix.info()["precision"]) == (3, "f32")
+    ix.compact(precision="f16")
+    assert (ix.info()["format"], ix.info()["precision"]) == (5, "f16")
+    assert np.array_equal(ix.get(7), stored[7])
+    with pytest.raises(chassis.InvalidArgumentError):
+        ix.compact(precision="f8")
     ix.close()

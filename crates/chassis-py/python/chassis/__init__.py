@@ -634,7 +634,8 @@ class Index:
         and ``ef_construction``, else ``InvalidArgumentError`` and nothing changes. Readers in
         other processes move to the new file by themselves. ``precision``: ``"f16"`` rewrites
         the vectors in half precision (each value rounded), ``"f32"`` back to f32 (the halves
-        widen exactly); default: keep the file's."""
+        widen exactly; without ``format``, a file that already stores f32 keeps its format);
+        default: keep the file's."""
         self._raw.compact(
             M,
             ef_construction,

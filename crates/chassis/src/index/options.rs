@@ -50,6 +50,18 @@ impl Precision {
         }
     }
 
+    /// The layout a file now in `current` is rewritten in when this precision and no format
+    /// are asked for (compaction): its own where it already stores this precision (a format
+    /// 3 or 4 file asked for f32 stays format 3 or 4), else this precision's default layout
+    /// (half precision: format 5; f32 from a half precision file: [`VectorLayout::default`]).
+    pub fn layout_from(self, current: VectorLayout) -> VectorLayout {
+        match self {
+            _ if Precision::of(current) == self => current,
+            Precision::F16 => VectorLayout::F16,
+            Precision::F32 => VectorLayout::default(),
+        }
+    }
+
     /// The precision of a vector layout.
     pub fn of(layout: VectorLayout) -> Precision {
         if layout == VectorLayout::F16 {
@@ -312,4 +324,22 @@ pub fn file_id_hex(id: &[u8; 16]) -> Option<String> {
         return None;
     }
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Precision, VectorLayout};
+
+    /// Fails if a compaction asked only for a precision rewrites a file that already stores
+    /// it in another layout, or doesn't convert one that doesn't.
+    #[test]
+    fn a_precision_keeps_a_layout_that_already_stores_it() {
+        use VectorLayout::*;
+        for l in [F32, SplitHalves, SplitPlanar] {
+            assert_eq!(Precision::F32.layout_from(l), l);
+            assert_eq!(Precision::F16.layout_from(l), F16);
+        }
+        assert_eq!(Precision::F16.layout_from(F16), F16);
+        assert_eq!(Precision::F32.layout_from(F16), VectorLayout::default());
+    }
 }
