@@ -6,8 +6,9 @@
 //!     cargo run --release --bin build_search -- BASE.fvecs Q.fvecs GT.ivecs OUT.chassis \
 //!         METRIC THREADS EFS          # e.g. l2 1 32,48,64
 //!
-//! `F3=1` builds format 3 (f32 vectors) instead of the default format 4, `F16=1` half
-//! precision, `CODES=int8|int4` with codes.
+//! `F3=1` builds format 3 (f32 vectors) instead of the default format 6, `F4=1` format 4 (split
+//! halves side by side, as files with codes store them), `F16=1` half precision,
+//! `CODES=int8|int4` with codes.
 use chassis::{Index, IndexReader, Metric, Options};
 use chassis_bench::{read_fvecs, read_ivecs};
 use std::time::Instant;
@@ -25,6 +26,9 @@ fn main() {
         let mut o = Options::new(dims, metric).m(16).ef_construction(200);
         if std::env::var("F3").is_ok() {
             o = o.vector_layout(chassis::VectorLayout::F32);
+        }
+        if std::env::var("F4").is_ok() {
+            o = o.vector_layout(chassis::VectorLayout::SplitHalves);
         }
         if std::env::var("F16").is_ok() {
             o = o.precision(chassis::Precision::F16);

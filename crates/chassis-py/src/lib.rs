@@ -711,13 +711,9 @@ impl RawIndex {
     ) -> PyResult<()> {
         // A precision without a format keeps the file's layout where it already stores that
         // precision (`Precision::layout_from`).
-        let vector_layout = match format {
-            Some(_) => layout_with(format, precision)?,
-            None => None,
-        };
-        let precision = match format {
-            Some(_) => None,
-            None => precision_of(precision)?,
+        let (vector_layout, precision) = match format {
+            Some(_) => (layout_with(format, precision)?, None),
+            None => (None, precision_of(precision)?),
         };
         let codes = codes.map(codes_of).transpose()?;
         py.allow_threads(|| {
