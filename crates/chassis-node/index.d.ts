@@ -102,7 +102,7 @@ export interface CompactOptions {
   format?: 3 | 4 | 5 | 6
   codes?: 'none' | 'int8' | 'int4'
   keepGraph?: boolean
-  /** Without `format`, a file that already stores this precision keeps its format; f16 is format 5, f32 from a half precision file format 6. */
+  /** Without `format`, a file that already stores this precision keeps its format; f16 is format 5, f32 from a half precision file format 6 (4 with codes). */
   precision?: 'f32' | 'f16'
 }
 

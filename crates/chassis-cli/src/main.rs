@@ -319,7 +319,7 @@ enum Command {
         codes: Option<chassis::CodeKind>,
         /// Precision of the new file's vectors: f32 or f16. Default: keep the file's. Without
         /// --format, a file already in that precision keeps its format; f32 from a half
-        /// precision file is format 6.
+        /// precision file is format 6 (4 with codes).
         #[arg(long, value_parser = parse_precision)]
         precision: Option<chassis::Precision>,
         /// Keep the graph instead of rebuilding it, its slots renumbered so that neighbors sit

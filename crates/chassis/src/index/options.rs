@@ -53,7 +53,8 @@ impl Precision {
     /// The layout a file now in `current` is rewritten in when this precision and no format
     /// are asked for (compaction): its own where it already stores this precision (a format
     /// 3 or 4 file asked for f32 stays format 3 or 4), else this precision's default layout
-    /// (half precision: format 5; f32 from a half precision file: [`VectorLayout::default`]).
+    /// (half precision: format 5; f32 from a half precision file: [`VectorLayout::default`],
+    /// which a file with codes stores side by side, [`VectorLayout::for_codes`]).
     pub fn layout_from(self, current: VectorLayout) -> VectorLayout {
         match self {
             _ if Precision::of(current) == self => current,
