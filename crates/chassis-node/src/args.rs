@@ -21,13 +21,15 @@ pub(crate) fn codes_of(s: &str) -> napi::Result<chassis::CodeKind> {
         .ok_or_else(|| invalid(format!("codes must be 'none', 'int8' or 'int4', got {s:?}")))
 }
 
+/// The precision a name means (`f32`, `f16`).
+fn precision_of(p: &str) -> napi::Result<chassis::Precision> {
+    chassis::Precision::parse(p)
+        .ok_or_else(|| invalid(format!("precision must be 'f32' or 'f16', got {p:?}")))
+}
+
 /// The vector layout that `format` (3, 4, 5, 6 or 0 for the default) and `precision` name.
 pub(crate) fn layout_of(format: u32, precision: &str) -> napi::Result<VectorLayout> {
-    let precision = chassis::Precision::parse(precision).ok_or_else(|| {
-        invalid(format!(
-            "precision must be 'f32' or 'f16', got {precision:?}"
-        ))
-    })?;
+    let precision = precision_of(precision)?;
     Ok(match (format, precision) {
         (3, chassis::Precision::F16) => {
             return Err(invalid(
@@ -80,11 +82,7 @@ pub(crate) fn compact_options(
 ) -> napi::Result<CompactOptions> {
     let vector_layout = match (o.format, o.precision.as_deref()) {
         (None, None) => None,
-        (None, Some(p)) => Some(
-            chassis::Precision::parse(p)
-                .ok_or_else(|| invalid(format!("precision must be 'f32' or 'f16', got {p:?}")))?
-                .layout_from(current),
-        ),
+        (None, Some(p)) => Some(precision_of(p)?.layout_from(current)),
         (f, p) => Some(layout_of(f.unwrap_or(0), p.unwrap_or("f32"))?),
     };
     Ok(CompactOptions {
