@@ -10,13 +10,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
-    PyUntypedArrayMethods,
+    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+mod convert;
 
 use chassis::{
     Collection, CompactOptions, Error, Filter, Fusion, HybridHit, HybridOptions, Index,
@@ -170,6 +171,18 @@ fn answer_width(k: usize, live: u64, rows: usize) -> PyResult<usize> {
 /// What `search` returns: ids and distances, rows × k.
 type Hits<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
 
+/// `flat` (row-major, `shape[0] * shape[1]` long) as a 2-D array, moved without a copy or a
+/// reshape (numpy's reshape makes a second array object each call).
+fn matrix<T: numpy::Element>(
+    py: Python<'_>,
+    flat: Vec<T>,
+    shape: [usize; 2],
+) -> PyResult<Bound<'_, PyArray2<T>>> {
+    numpy::ndarray::Array2::from_shape_vec(shape, flat)
+        .map(|a| a.into_pyarray(py))
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 /// A text field as Python gives it: (name, stem, stop_words, lowercase).
 type FieldTuple = (String, bool, bool, bool);
 
@@ -242,26 +255,6 @@ fn per_row<T: Send>(
     Ok(out)
 }
 
-/// The filter of row `r`: none, one for all rows, or one per row (parsed before any work).
-fn parse_filters(
-    filters: Option<Vec<Option<String>>>,
-    rows: usize,
-) -> PyResult<Vec<Option<Filter>>> {
-    let filters: Vec<Option<Filter>> = filters
-        .unwrap_or_default()
-        .iter()
-        .map(|f| f.as_deref().map(Filter::parse).transpose())
-        .collect::<Result<_, Error>>()
-        .map_err(to_py)?;
-    if filters.len() > 1 && filters.len() != rows {
-        return Err(InvalidArgumentError::new_err(format!(
-            "{} filters for {rows} queries: give one for all, or one per query",
-            filters.len()
-        )));
-    }
-    Ok(filters)
-}
-
 fn filter_at(filters: &[Option<Filter>], r: usize) -> Option<&Filter> {
     match filters.len() {
         0 => None,
@@ -314,22 +307,6 @@ fn metric_of(s: &str) -> PyResult<Metric> {
             "unknown metric {s:?}: use \"cosine\", \"l2\" or \"ip\""
         ))
     })
-}
-
-/// Metadata documents from JSON texts (Python serialised them), each checked.
-fn parse_docs(texts: &[String]) -> PyResult<Vec<Metadata>> {
-    texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            chassis::format::metadata::parse_json(t).map_err(|e| match e {
-                Error::InvalidArgument(why) if texts.len() > 1 => {
-                    InvalidArgumentError::new_err(format!("metadata {i}: {why}"))
-                }
-                e => to_py(e),
-            })
-        })
-        .collect()
 }
 
 /// The vector layout of a file format: 3 (f32 vectors), 4 (split halves side by side), 5
@@ -486,15 +463,15 @@ impl RawIndex {
         vectors: PyReadonlyArray2<'py, f32>,
         ids: Option<PyReadonlyArray1<'py, u64>>,
         threads: usize,
-        metadata: Option<Vec<String>>,
+        metadata: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let data = vectors.as_slice()?.to_vec();
         let ids: Option<Vec<u64>> = match ids {
             Some(a) => Some(a.as_slice()?.to_vec()),
             None => None,
         };
+        let docs = metadata.map(convert::docs_of).transpose()?;
         let out = py.allow_threads(|| {
-            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
             self.with_writer(|ix| match (ids, docs) {
                 (ids, Some(docs)) => {
                     ix.add_batch_with_metadata(ids.as_deref(), &data, &docs, threads)
@@ -512,14 +489,12 @@ impl RawIndex {
         py: Python<'_>,
         vectors: PyReadonlyArray2<'_, f32>,
         ids: PyReadonlyArray1<'_, u64>,
-        metadata: Vec<String>,
+        metadata: Vec<Option<Bound<'_, PyAny>>>,
     ) -> PyResult<()> {
         let data = vectors.as_slice()?.to_vec();
         let ids = ids.as_slice()?.to_vec();
-        py.allow_threads(|| {
-            let docs = parse_docs(&metadata)?;
-            self.with_writer(|ix| ix.upsert_many(&ids, &data, &docs))
-        })
+        let docs = convert::docs_of(metadata)?;
+        py.allow_threads(|| self.with_writer(|ix| ix.upsert_many(&ids, &data, &docs)))
     }
 
     /// Replaces the metadata of live ids (all checked first).
@@ -527,36 +502,34 @@ impl RawIndex {
         &self,
         py: Python<'_>,
         ids: PyReadonlyArray1<'_, u64>,
-        metadata: Vec<String>,
+        metadata: Vec<Option<Bound<'_, PyAny>>>,
     ) -> PyResult<()> {
         let ids = ids.as_slice()?.to_vec();
-        py.allow_threads(|| {
-            let docs = parse_docs(&metadata)?;
-            self.with_writer(|ix| ix.set_metadata_many(&ids, &docs))
-        })
+        let docs = convert::docs_of(metadata)?;
+        py.allow_threads(|| self.with_writer(|ix| ix.set_metadata_many(&ids, &docs)))
     }
 
-    /// The metadata of each id, as JSON text.
-    fn get_metadata(
+    /// The metadata of each id, as dicts.
+    fn get_metadata<'py>(
         &self,
-        py: Python<'_>,
-        ids: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Vec<String>> {
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let ids = ids.as_slice()?.to_vec();
-        py.allow_threads(|| {
+        let docs = py.allow_threads(|| {
             let g = self.read();
             ids.iter()
                 .map(|&id| {
-                    let m = match g.as_deref() {
+                    match g.as_deref() {
                         Some(Inner::Writer(ix)) => ix.get_metadata(id),
                         Some(Inner::Reader(r)) => r.get_metadata(id),
                         None => return Err(closed()),
                     }
-                    .map_err(to_py)?;
-                    Ok(chassis::format::metadata::to_json(&m).to_string())
+                    .map_err(to_py)
                 })
-                .collect()
-        })
+                .collect::<PyResult<Vec<Metadata>>>()
+        })?;
+        docs.iter().map(|m| convert::dict_of(py, m)).collect()
     }
 
     fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
@@ -588,7 +561,7 @@ impl RawIndex {
             }
             Ok(flat)
         })?;
-        flat.into_pyarray(py).reshape([ids.len(), dims])
+        matrix(py, flat, [ids.len(), dims])
     }
 
     fn contains(&self, id: u64) -> PyResult<bool> {
@@ -743,7 +716,7 @@ impl RawIndex {
         k: usize,
         ef: usize,
         threads: usize,
-        filters: Option<Vec<Option<String>>>,
+        filters: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<Hits<'py>> {
         let rows = queries.shape()[0];
         let dims = queries.shape()[1];
@@ -754,30 +727,13 @@ impl RawIndex {
             None => return Err(closed()),
         };
         let k = answer_width(k, live, rows)?;
+        // Every filter is converted and checked before any search work: a malformed one
+        // fails the call.
+        let filters = convert::filters_of(filters, rows)?;
         let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
-            // Every filter is parsed before any search work: a malformed one fails the call.
-            let filters: Vec<Option<Filter>> = filters
-                .unwrap_or_default()
-                .iter()
-                .map(|f| f.as_deref().map(Filter::parse).transpose())
-                .collect::<Result<_, Error>>()
-                .map_err(to_py)?;
-            if filters.len() > 1 && filters.len() != rows {
-                return Err(InvalidArgumentError::new_err(format!(
-                    "{} filters for {rows} queries: give one for all, or one per query",
-                    filters.len()
-                )));
-            }
             let g = self.read();
             let inner = g.as_deref().ok_or_else(closed)?;
-            let filter_of = |r: usize| -> Option<&Filter> {
-                match filters.len() {
-                    0 => None,
-                    1 => filters[0].as_ref(),
-                    _ => filters[r].as_ref(),
-                }
-            };
-            let one = |r: usize, q: &[f32]| match (inner, filter_of(r)) {
+            let one = |r: usize, q: &[f32]| match (inner, filter_at(&filters, r)) {
                 (Inner::Writer(ix), None) => ix.search(q, k, ef),
                 (Inner::Reader(rd), None) => rd.search(q, k, ef),
                 (Inner::Writer(ix), Some(f)) => ix.search_filtered(q, k, ef, f),
@@ -855,10 +811,7 @@ impl RawIndex {
             }
             Ok((ids, dists))
         })?;
-        Ok((
-            ids.into_pyarray(py).reshape([rows, k])?,
-            dists.into_pyarray(py).reshape([rows, k])?,
-        ))
+        Ok((matrix(py, ids, [rows, k])?, matrix(py, dists, [rows, k])?))
     }
 
     /// BM25's top k for each text: (ids, scores), rows × k, padded with u64::MAX and -inf.
@@ -868,7 +821,7 @@ impl RawIndex {
         texts: Vec<String>,
         k: usize,
         threads: usize,
-        filters: Option<Vec<Option<String>>>,
+        filters: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<Hits<'py>> {
         let rows = texts.len();
         let g = self.read();
@@ -878,8 +831,8 @@ impl RawIndex {
             Inner::Reader(r) => r.len().map_err(to_py)?,
         };
         let k = answer_width(k, live, rows)?;
+        let filters = convert::filters_of(filters, rows)?;
         let (ids, scores) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
-            let filters = parse_filters(filters, rows)?;
             let hits: Vec<Vec<TextHit>> = per_row(rows, threads, |r| {
                 let f = filter_at(&filters, r);
                 match inner {
@@ -898,10 +851,7 @@ impl RawIndex {
             }
             Ok((ids, scores))
         })?;
-        Ok((
-            ids.into_pyarray(py).reshape([rows, k])?,
-            scores.into_pyarray(py).reshape([rows, k])?,
-        ))
+        Ok((matrix(py, ids, [rows, k])?, matrix(py, scores, [rows, k])?))
     }
 
     /// Hybrid search, one text per query row.
@@ -914,7 +864,7 @@ impl RawIndex {
         k: usize,
         ef: usize,
         threads: usize,
-        filters: Option<Vec<Option<String>>>,
+        filters: Option<Vec<Option<Bound<'_, PyAny>>>>,
         fusion: &str,
         rrf_k: f32,
         vector_weight: f32,
@@ -951,9 +901,9 @@ impl RawIndex {
             Inner::Reader(r) => r.len().map_err(to_py)?,
         };
         let k = answer_width(k, live, rows)?;
+        let filters = convert::filters_of(filters, rows)?;
         type Cols = (Vec<u64>, Vec<f32>, Vec<u32>, Vec<f32>, Vec<u32>, Vec<f32>);
         let cols = py.allow_threads(|| -> PyResult<Cols> {
-            let filters = parse_filters(filters, rows)?;
             let hits: Vec<Vec<HybridHit>> = per_row(rows, threads, |r| {
                 let (q, t, f) = (
                     &data[r * dims..(r + 1) * dims],
@@ -994,12 +944,12 @@ impl RawIndex {
         })?;
         let shape = [rows, k];
         Ok((
-            cols.0.into_pyarray(py).reshape(shape)?,
-            cols.1.into_pyarray(py).reshape(shape)?,
-            cols.2.into_pyarray(py).reshape(shape)?,
-            cols.3.into_pyarray(py).reshape(shape)?,
-            cols.4.into_pyarray(py).reshape(shape)?,
-            cols.5.into_pyarray(py).reshape(shape)?,
+            matrix(py, cols.0, shape)?,
+            matrix(py, cols.1, shape)?,
+            matrix(py, cols.2, shape)?,
+            matrix(py, cols.3, shape)?,
+            matrix(py, cols.4, shape)?,
+            matrix(py, cols.5, shape)?,
         ))
     }
 
@@ -1163,18 +1113,17 @@ impl RawCollection {
         py: Python<'py>,
         vectors: PyReadonlyArray2<'py, f32>,
         ids: Option<PyReadonlyArray1<'py, u64>>,
-        metadata: Option<Vec<String>>,
+        metadata: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let data = vectors.as_slice()?.to_vec();
         let ids: Option<Vec<u64>> = match ids {
             Some(a) => Some(a.as_slice()?.to_vec()),
             None => None,
         };
+        let docs = metadata.map(convert::docs_of).transpose()?;
         let c = self.get()?;
-        let out = py.allow_threads(|| {
-            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
-            c.add(ids.as_deref(), &data, docs.as_deref()).map_err(to_py)
-        })?;
+        let out =
+            py.allow_threads(|| c.add(ids.as_deref(), &data, docs.as_deref()).map_err(to_py))?;
         Ok(out.into_pyarray(py))
     }
 
@@ -1185,18 +1134,14 @@ impl RawCollection {
         k: usize,
         ef: usize,
         threads: usize,
-        filter: Option<String>,
+        filter: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Hits<'py>> {
         let rows = queries.shape()[0];
         let data = queries.as_slice()?.to_vec();
         let c = self.get()?;
         let k = answer_width(k, c.len().map_err(to_py)?, rows)?;
+        let filter = filter.as_ref().map(convert::filter_of).transpose()?;
         let (ids, dists) = py.allow_threads(|| -> PyResult<(Vec<u64>, Vec<f32>)> {
-            let filter = filter
-                .as_deref()
-                .map(Filter::parse)
-                .transpose()
-                .map_err(to_py)?;
             let hits = c
                 .search_many(&data, rows, k, ef, filter.as_ref(), threads)
                 .map_err(to_py)?;
@@ -1211,10 +1156,7 @@ impl RawCollection {
             Ok((ids, dists))
         })?;
         let shape = [rows, k];
-        Ok((
-            ids.into_pyarray(py).reshape(shape)?,
-            dists.into_pyarray(py).reshape(shape)?,
-        ))
+        Ok((matrix(py, ids, shape)?, matrix(py, dists, shape)?))
     }
 
     fn delete(&self, py: Python<'_>, ids: PyReadonlyArray1<'_, u64>) -> PyResult<()> {
@@ -1228,29 +1170,25 @@ impl RawCollection {
         py: Python<'py>,
         vectors: PyReadonlyArray2<'py, f32>,
         ids: PyReadonlyArray1<'py, u64>,
-        metadata: Option<Vec<String>>,
+        metadata: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<()> {
         let data = vectors.as_slice()?.to_vec();
         let ids = ids.as_slice()?.to_vec();
+        let docs = metadata.map(convert::docs_of).transpose()?;
         let c = self.get()?;
-        py.allow_threads(|| {
-            let docs = metadata.map(|m| parse_docs(&m)).transpose()?;
-            c.upsert(&ids, &data, docs.as_deref()).map_err(to_py)
-        })
+        py.allow_threads(|| c.upsert(&ids, &data, docs.as_deref()).map_err(to_py))
     }
 
     fn set_metadata(
         &self,
         py: Python<'_>,
         ids: PyReadonlyArray1<'_, u64>,
-        metadata: Vec<String>,
+        metadata: Vec<Option<Bound<'_, PyAny>>>,
     ) -> PyResult<()> {
         let ids = ids.as_slice()?.to_vec();
+        let docs = convert::docs_of(metadata)?;
         let c = self.get()?;
-        py.allow_threads(|| {
-            let docs = parse_docs(&metadata)?;
-            c.set_metadata(&ids, &docs).map_err(to_py)
-        })
+        py.allow_threads(|| c.set_metadata(&ids, &docs).map_err(to_py))
     }
 
     fn get_vectors<'py>(
@@ -1268,24 +1206,22 @@ impl RawCollection {
             }
             Ok(flat)
         })?;
-        flat.into_pyarray(py).reshape([ids.len(), dims])
+        matrix(py, flat, [ids.len(), dims])
     }
 
-    fn get_metadata(
+    fn get_metadata<'py>(
         &self,
-        py: Python<'_>,
-        ids: PyReadonlyArray1<'_, u64>,
-    ) -> PyResult<Vec<String>> {
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let ids = ids.as_slice()?.to_vec();
         let c = self.get()?;
-        py.allow_threads(|| {
+        let docs = py.allow_threads(|| {
             ids.iter()
-                .map(|&id| {
-                    let m = c.get_metadata(id).map_err(to_py)?;
-                    Ok(chassis::format::metadata::to_json(&m).to_string())
-                })
-                .collect()
-        })
+                .map(|&id| c.get_metadata(id).map_err(to_py))
+                .collect::<PyResult<Vec<Metadata>>>()
+        })?;
+        docs.iter().map(|m| convert::dict_of(py, m)).collect()
     }
 
     fn contains(&self, id: u64) -> PyResult<bool> {

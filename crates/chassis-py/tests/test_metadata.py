@@ -172,7 +172,47 @@ def test_bad_metadata_and_filters_raise_before_work(tmp_path):
                 {"a": math.nan}, {"a": {"$gt": math.inf}}, {"a": object()}):
         with pytest.raises(chassis.InvalidArgumentError):
             ix.search([1.0, 2.0], k=1, filter=bad)
-    # numpy scalars and arrays in a filter are plain values (one shared encoder, every call).
-    for good in ({"a": np.int64(1)}, {"a": {"$in": np.array([0, 1])}}, {"a": np.float32(1.0)}):
+    # numpy scalars and arrays in a filter are plain values (converted natively, no JSON text).
+    for good in ({"a": np.int64(1)}, {"a": {"$in": np.array([0, 1])}}, {"a": np.float32(1.0)},
+                 {"a": {"$in": (0, 1)}}, {"a": np.uint8(1)}, {"$and": [{"a": 1}, {"a": {"$lt": 2.5}}]}):
         ids, _ = ix.search([1.0, 2.0], k=1, filter=good)
         assert ids[0][0] == 0
+    for bad in ({"a": np.int64(2)}, {"a": {"$gt": 1}}, {"a": True}):
+        ids, _ = ix.search([1.0, 2.0], k=1, filter=bad)
+        assert ids[0][0] == chassis.MISSING_ID, bad
+
+
+def test_filter_and_metadata_conversion_edges(tmp_path):
+    """Python values reach the core as json.dumps then a JSON parse would give them, with
+    every key a string at any depth, and nothing that loops or nests without end."""
+    ix = chassis.Index.create(tmp_path / "c.chassis", dims=2, metric="l2")
+    doc = {"i": 2**40, "f": 0.5, "b": True, "n": None, "s": "x", "l": ("a", np.str_("b")),
+           "nb": np.bool_(False), "arr": np.array([1.5, 2.5], dtype=np.float32)}
+    ix.add([[1.0, 2.0], [3.0, 4.0]], metadata=[doc, None])
+    got = ix.get_metadata(0)
+    assert got == {"i": 2**40, "f": 0.5, "b": True, "n": None, "s": "x", "l": ["a", "b"],
+                   "nb": False, "arr": [1.5, 2.5]}
+    # get_metadata's values keep their Python types (ints stay ints, bools bools).
+    assert type(got["i"]) is int and type(got["b"]) is bool and type(got["f"]) is float
+    assert ix.get_metadata([1, 0]) == [{}, got]
+    loop = {}
+    loop["$and"] = [loop]
+    deep = {"a": 1}
+    for _ in range(200):
+        deep = {"$not": deep}
+    for bad, why in ((loop, "nested more than"), (deep, "nested more than"),
+                     ({"a": {1: 2}}, "keys must be strings"),
+                     ({"a": {"$gt": 10**400}}, "too large"), ({"a": math.inf}, "NaN")):
+        with pytest.raises(chassis.InvalidArgumentError, match=why):
+            ix.search([1.0, 2.0], k=1, filter=bad)
+    # Past 64 bits an integer is the nearest float, as a JSON parse gives it.
+    ids, _ = ix.search([1.0, 2.0], k=1, filter={"i": 2**70})
+    assert ids[0][0] == chassis.MISSING_ID
+    with pytest.raises(chassis.InvalidArgumentError, match="filter must be a dict"):
+        ix.search([1.0, 2.0], k=1, filter=["not a dict"])
+    # With several documents the error names the one at fault; nothing is added.
+    with pytest.raises(chassis.InvalidArgumentError, match="metadata 1: .*keys must be strings"):
+        ix.add([[1.0, 2.0], [3.0, 4.0]], metadata=[{"a": 1}, {2: "b"}])
+    with pytest.raises(chassis.InvalidArgumentError, match="metadata 0: .*must be a dict"):
+        ix.add([[1.0, 2.0], [3.0, 4.0]], metadata=["a", {}])
+    assert len(ix) == 2
