@@ -385,9 +385,10 @@ def main():
     filtered = ROOT / "bench" / "ann" / "filtered.md"
     if filtered.exists():
         lines += filtered.read_text().rstrip().splitlines() + [""]
-    epilogue = ROOT / "bench" / "ann" / "epilogue.md"
-    if epilogue.exists():
-        lines += epilogue.read_text().rstrip().splitlines()
+    # The hand-written log, one file per topic (bench/ann/epilogue/NN-topic.md), in name
+    # order, a blank line between.
+    for i, part in enumerate(sorted((ROOT / "bench" / "ann" / "epilogue").glob("*.md"))):
+        lines += ([""] if i else []) + part.read_text().rstrip().splitlines()
     DOC.write_text("\n".join(lines) + "\n")
     plot(results)
     print(f"wrote {DOC} and {PLOT}")
