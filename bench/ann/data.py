@@ -9,6 +9,7 @@ with a low intrinsic dimension (`intrinsic`), rotated into the full space, plus 
 isotropic noise, so neighbours are many and close together, as in real embeddings.
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,23 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data" / "pypi-minilm"
 CACHE = ROOT / "bench" / "target" / "ann" / "data"
+
+
+def evict(paths):
+    """Drops `paths` from the page cache, so the next reads come from the disk as after a
+    reboot (and a file-backed index is mapped as its readers usually find it: on Linux 6.18
+    with ext4, read back with MADV_HUGEPAGE largely in 2 MiB pages, where the pages its writer
+    left are partly 4 KiB ones)."""
+    # Write back everything first, system-wide: a cold read queued behind another system's
+    # freshly saved file would measure the disk's write backlog, not the open.
+    os.sync()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def read_vecs(path, dtype):

@@ -129,25 +129,12 @@ def worker_build(a):
     )
 
 
-def evict(paths):
-    # Write back everything first, system-wide: a cold read queued behind another system's
-    # freshly saved file would measure the disk's write backlog, not the open.
-    os.sync()
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def worker_cold(a):
     pin([search_cpu()])
     _, queries, gt, metric = data.load(a.dataset, a.limit, need_base=False)
     sysm = SYSTEMS[a.system]
     path = Path(a.path)
-    evict(sysm.files(path))
+    data.evict(sysm.files(path))
     rss0 = reset_peak()
     t = time.perf_counter()
     h = sysm.open(path, metric, queries.shape[1])
@@ -187,7 +174,7 @@ def worker_search(a):
     # own build left (Chassis) otherwise runs at whatever page sizes the kernel gave the
     # build's writes; read back from disk, it gets huge pages (docs/PERFORMANCE.md,
     # "Page-cache state").
-    evict([f for n in names for f in SYSTEMS[n].files(Path(a.paths[n]))])
+    data.evict([f for n in names for f in SYSTEMS[n].files(Path(a.paths[n]))])
     handles = {}
     for n in names:
         handles[n] = SYSTEMS[n].open(Path(a.paths[n]), metric, queries.shape[1])
