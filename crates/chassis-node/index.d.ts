@@ -30,7 +30,7 @@ export interface CreateOptions {
   efConstruction?: number
   /** 3 (f32 vectors), 4 (split halves side by side), 5 (half precision) or 6 (planar split halves, the default). */
   format?: 3 | 4 | 5 | 6
-  codes?: 'none' | 'int8' | 'int4'
+  codes?: CodeKind
   precision?: 'f32' | 'f16'
   /** Metadata fields indexed for full-text and hybrid search. */
   textFields?: Array<string | TextField>
@@ -100,7 +100,7 @@ export interface CompactOptions {
   efConstruction?: number
   threads?: number
   format?: 3 | 4 | 5 | 6
-  codes?: 'none' | 'int8' | 'int4'
+  codes?: CodeKind
   keepGraph?: boolean
   /** Without `format`, a file that already stores this precision keeps its format; f16 is format 5, f32 from a half precision file format 6 (4 with codes). */
   precision?: 'f32' | 'f16'
@@ -205,6 +205,10 @@ export declare function chassisId(id: string): bigint
 export declare function shardOf(ids: Ids, shards: number): Uint32Array
 export declare const MISSING_ID: bigint
 export declare const MAX_PADDED_K: number
+/** Every kind of compact code an index can keep (`codes` of create, compact and Collection). */
+export declare const CODE_KINDS: readonly CodeKind[]
+/** A kind of compact code: none, one byte a dimension, or half a byte. */
+export type CodeKind = 'none' | 'int8' | 'int4'
 
 export declare class ChassisError extends Error {
   /** A stable code, e.g. "CHASSIS_LOCKED". */

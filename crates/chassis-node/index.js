@@ -34,6 +34,8 @@ const native = loadNative()
 const MISSING_ID = (1n << 64n) - 1n
 /** Answers are padded to k columns for any k up to this (larger k: the live count). */
 const MAX_PADDED_K = 65536
+/** Every kind of compact code an index can keep (`codes` of create, compact, Collection). */
+const CODE_KINDS = Object.freeze(native.codeKinds())
 
 class ChassisError extends Error {
   constructor(message, code = 'CHASSIS_ERROR') {
@@ -603,6 +605,7 @@ module.exports = {
   shardOf,
   MISSING_ID,
   MAX_PADDED_K,
+  CODE_KINDS,
   ChassisError,
   CorruptError,
   NotChassisFileError,

@@ -11,6 +11,7 @@ export const {
   shardOf,
   MISSING_ID,
   MAX_PADDED_K,
+  CODE_KINDS,
   ChassisError,
   CorruptError,
   NotChassisFileError,

@@ -94,6 +94,9 @@ export declare class RawIndex {
  */
 export declare function chassisId(id: string): bigint
 
+/** The name of every code kind this release writes (the package's `CODE_KINDS`). */
+export declare function codeKinds(): Array<string>
+
 /** Options of `RawIndex.compact`. */
 export interface CompactArgs {
   M?: number

@@ -17,8 +17,12 @@ pub(crate) fn metric_of(s: &str) -> napi::Result<Metric> {
 }
 
 pub(crate) fn codes_of(s: &str) -> napi::Result<chassis::CodeKind> {
-    chassis::CodeKind::parse(s)
-        .ok_or_else(|| invalid(format!("codes must be 'none', 'int8' or 'int4', got {s:?}")))
+    chassis::CodeKind::parse(s).ok_or_else(|| {
+        invalid(format!(
+            "codes must be one of {:?}, got {s:?}",
+            crate::code_kinds()
+        ))
+    })
 }
 
 /// The precision a name means (`f32`, `f16`).

@@ -1127,6 +1127,12 @@ pub fn chassis_id(id: String) -> BigInt {
     BigInt::from(u64::from_le_bytes(out))
 }
 
+/// The name of every code kind this release writes (the package's `CODE_KINDS`).
+#[napi]
+pub fn code_kinds() -> Vec<&'static str> {
+    chassis::CodeKind::ALL.iter().map(|k| k.name()).collect()
+}
+
 /// The shard an id belongs to among `shards` (as `Collection` routes it).
 #[napi]
 pub fn shard_of(ids: BigUint64Array, shards: u32) -> napi::Result<Uint32Array> {

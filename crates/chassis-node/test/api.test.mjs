@@ -5,6 +5,7 @@ import path from 'node:path'
 import { test } from 'node:test'
 
 import {
+  CODE_KINDS,
   Collection,
   DimensionMismatchError,
   DuplicateIdError,
@@ -59,6 +60,24 @@ test('search agrees with brute force, in every input form', async (t) => {
   assert.equal(huge.k, 2)
   ix.close()
   small.close()
+})
+
+test('CODE_KINDS lists every code kind, and each creates an index keeping it', async (t) => {
+  assert.deepEqual([...CODE_KINDS], ['none', 'int8', 'int4'])
+  assert.ok(Object.isFrozen(CODE_KINDS))
+  const dir = tmpdir(t)
+  const data = clustered(1200, DIMS, 4)
+  for (const codes of CODE_KINDS) {
+    const ix = await Index.create(path.join(dir, `${codes}.chassis`), { dims: DIMS, codes })
+    await ix.add(data, { threads: 1 })
+    assert.equal(ix.info().codes, codes)
+    ix.close()
+  }
+  await assert.rejects(Index.create(path.join(dir, 'pq.chassis'), { dims: DIMS, codes: 'pq' }), (e) => {
+    assert.ok(e instanceof InvalidArgumentError)
+    assert.match(e.message, /codes must be one of/)
+    return true
+  })
 })
 
 test('ids, metadata, filters, upserts and deletes', async (t) => {

@@ -1,6 +1,7 @@
 // Type-checked by types.test.mjs (tsc --noEmit --strict): the README's uses of the API, with
 // its declarations (index.d.ts).
-import { Index, Collection, LockedError, ChassisError, MISSING_ID, chassisId } from '../index.js'
+import { Index, Collection, LockedError, ChassisError, MISSING_ID, CODE_KINDS, chassisId } from '../index.js'
+import type { CodeKind } from '../index.js'
 import type { SearchResult, HybridResult, TextResult } from '../index.js'
 
 async function main(): Promise<void> {
@@ -17,6 +18,8 @@ async function main(): Promise<void> {
   ix.userVersion = 3n
   await ix.flush()
   await ix.compact({ M: 24, keepGraph: false })
+  const kind: CodeKind = CODE_KINDS[1]
+  await ix.compact({ codes: kind })
   const c = await Collection.create('col', { dims: 4, shards: 2 })
   await c.add(new Float32Array(4))
   c.close()

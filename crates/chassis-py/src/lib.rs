@@ -374,13 +374,20 @@ fn options_of(
         .codes(codes_of(codes)?))
 }
 
-/// The code kind a name means (`none`, `int8`, `int4`).
+/// The code kind a name means (one of [`code_kinds`]).
 fn codes_of(codes: &str) -> PyResult<chassis::CodeKind> {
     chassis::CodeKind::parse(codes).ok_or_else(|| {
         InvalidArgumentError::new_err(format!(
-            "codes must be 'none', 'int8' or 'int4', got {codes:?}"
+            "codes must be one of {:?}, got {codes:?}",
+            code_kinds()
         ))
     })
+}
+
+/// The name of every code kind this release writes (Python's `chassis.CODE_KINDS`).
+#[pyfunction]
+fn code_kinds() -> Vec<&'static str> {
+    chassis::CodeKind::ALL.iter().map(|k| k.name()).collect()
 }
 
 /// The file format a vector layout belongs to.
@@ -1350,6 +1357,7 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(apply_patch, m)?)?;
     m.add_function(wrap_pyfunction!(set_resident_limit, m)?)?;
     m.add_function(wrap_pyfunction!(resident_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(code_kinds, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     for (name, ty) in [
         ("ChassisError", py.get_type::<ChassisError>()),

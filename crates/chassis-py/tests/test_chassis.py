@@ -239,9 +239,21 @@ def test_int8_codes_walk_and_rank_exactly(tmp_path):
     )
     with pytest.raises(chassis.InvalidArgumentError):
         ix.compact(codes="int2")
-    with pytest.raises(chassis.InvalidArgumentError):
+    with pytest.raises(chassis.InvalidArgumentError, match="codes must be one of"):
         chassis.Index.create(tmp_path / "bad.chassis", dims=4, codes="pq")
     ix.close()
+
+
+def test_code_kinds_lists_every_kind_and_each_creates(tmp_path):
+    assert chassis.CODE_KINDS == ("none", "int8", "int4")
+    assert "CODE_KINDS" in chassis.__all__
+    data = clustered(1200, 8, seed=3)
+    for kind in chassis.CODE_KINDS:
+        with chassis.Index.create(tmp_path / f"{kind}.chassis", dims=8, codes=kind) as ix:
+            ix.add(data, threads=1)
+            info = ix.info()
+            assert info["codes"] == kind
+            assert info["codes_trained"] == (kind != "none")
 
 
 def test_threads_search_while_another_adds(tmp_path):

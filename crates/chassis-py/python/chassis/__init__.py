@@ -68,6 +68,7 @@ __all__ = [
     "resident_bytes",
     "migrate_hnswlib",
     "MISSING_ID",
+    "CODE_KINDS",
     "ChassisError",
     "CorruptError",
     "NotChassisFileError",
@@ -87,6 +88,11 @@ __all__ = [
 
 #: The id ``search`` puts where fewer than k results exist (its distance is ``inf``).
 MISSING_ID = np.iinfo(np.uint64).max
+
+#: Every kind of compact code an index can keep beside its vectors (``codes=`` of
+#: :meth:`Index.create`, :meth:`Index.compact` and :class:`Collection`): ``"none"``, ``"int8"``
+#: (one byte a dimension), ``"int4"`` (half a byte), as this release's native layer lists them.
+CODE_KINDS = tuple(_native.code_kinds())
 
 #: ``search`` pads its answer to ``k`` columns for any ``k`` up to this; a larger ``k`` than
 #: the number of live vectors is first lowered to that number (so an absurd ``k`` returns
@@ -315,7 +321,7 @@ class Index:
         they find by exact distance, so every returned distance stays exact. ``codes="int4"``
         keeps half a byte per dimension, for files larger than memory (ranked by a likely
         bound rather than a proved one). Files with int8 codes have write version 6, with
-        int4 codes 7.
+        int4 codes 7. :data:`CODE_KINDS` lists every kind.
 
         ``precision="f16"`` stores each value as an IEEE half float (format 5): half the
         vector bytes, each value rounded to the nearest half (about three significant digits)

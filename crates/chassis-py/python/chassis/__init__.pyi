@@ -6,6 +6,7 @@ import numpy.typing as npt
 
 __version__: str
 MISSING_ID: int
+CODE_KINDS: Tuple[str, ...]
 MAX_PADDED_K: int
 MAX_ANSWER_CELLS: int
 

@@ -67,6 +67,10 @@ pub const AUX_BYTES: u64 = 8;
 pub const CODEBOOK_MAGIC: [u8; 8] = *b"CHCODES\0";
 
 impl CodeKind {
+    /// Every kind this release writes, in header-code order (the bindings list their names:
+    /// Python's `chassis.CODE_KINDS`, Node's `CODE_KINDS`).
+    pub const ALL: [CodeKind; 3] = [CodeKind::None, CodeKind::Int8, CodeKind::Int4];
+
     /// The header code.
     pub fn code(self) -> u32 {
         match self {
@@ -405,6 +409,21 @@ fn round_up(x: f64) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_is_listed_once_and_round_trips() {
+        for (i, k) in CodeKind::ALL.iter().enumerate() {
+            // Exhaustive: a new kind fails to compile here until it is listed.
+            let listed = match k {
+                CodeKind::None | CodeKind::Int8 | CodeKind::Int4 => true,
+            };
+            assert!(listed);
+            assert_eq!(CodeKind::parse(k.name()), Some(*k));
+            assert_eq!(CodeKind::from_code(k.code()), Some(*k));
+            assert_eq!(k.code(), i as u32, "ALL is in header-code order");
+        }
+        assert_eq!(CodeKind::from_code(CodeKind::ALL.len() as u32), None);
+    }
     use proptest::prelude::*;
 
     proptest! {
