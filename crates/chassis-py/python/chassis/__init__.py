@@ -858,8 +858,7 @@ class Collection:
         ``inf``."""
         q = _matrix(queries, self._dims, "queries")
         k, ef = _k_ef(k, ef)
-        f = filter
-        return self._raw.search(q, k, ef, int(threads), f)
+        return self._raw.search(q, k, ef, int(threads), filter)
 
     def delete(self, ids) -> None:
         """Delete ids, all or nothing: :class:`NotFoundError`, with nothing deleted, if one
