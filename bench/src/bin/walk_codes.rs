@@ -31,6 +31,7 @@
 //! ```text
 //! cargo build --release --manifest-path bench/Cargo.toml --bin walk_codes
 //! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5] [--only int4,pq4fs-d4]
+//! bench/target/release/walk_codes --dump-graph DIR   # the graph only, for code_estimators.py
 //! ```
 
 use std::cmp::Reverse;
@@ -974,10 +975,31 @@ fn search_interleaved(
     out
 }
 
+/// `--dump-graph DIR`: writes the graph for bench/ann/code_estimators.py's walk (which has
+/// no kernels to need): `level0.u32` (n lists of 32 words, row order), `upper.u32` (records
+/// of slot, layer, count, then the count words) and `meta.txt` (n, dims, entry, top).
+fn dump_graph(g: &Graph, dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let words = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    std::fs::write(dir.join("level0.u32"), words(&g.level0))?;
+    let mut upper = Vec::new();
+    for (s, layers) in g.upper.iter().enumerate() {
+        for (l, list) in layers.iter().enumerate() {
+            upper.extend([s as u32, l as u32 + 1, list.len() as u32]);
+            upper.extend(list);
+        }
+    }
+    std::fs::write(dir.join("upper.u32"), words(&upper))?;
+    let meta = format!("{} {} {} {}\n", g.n, g.dims, g.entry, g.top);
+    std::fs::write(dir.join("meta.txt"), meta)
+}
+
 fn main() -> chassis::Result<()> {
+    let dump = arg("--dump-graph").map(PathBuf::from);
     assert!(
-        std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512bw"),
+        dump.is_some()
+            || std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512bw"),
         "this study's kernels need AVX-512 VNNI"
     );
     let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().expect("a number"));
@@ -1041,6 +1063,11 @@ fn main() -> chassis::Result<()> {
             layer += 1;
         }
         g.upper.push(layers);
+    }
+    if let Some(dir) = dump {
+        dump_graph(&g, &dir)?;
+        println!("graph written to {}", dir.display());
+        return Ok(());
     }
     // `--reorder`: slots renumbered in breadth-first order of layer 0 from the entry point, so
     // a node's neighbors lie near it (graph reordering for cache locality); `original[s]` is
