@@ -178,17 +178,28 @@ class Water:
     # code is an affine function of its integer and integer dot products can score it.
     STEP = {1: 1.596, 2: 0.996, 3: 0.586, 4: 0.335, 5: 0.188, 6: 0.104, 7: 0.057, 8: 0.031}
 
-    def __init__(self, base, budget, seed=11, lloyd=True):
+    def __init__(self, base, budget, seed=11, lloyd=True, widths=None):
         self.mean = base.mean(0).astype(np.float32)
         x = base - self.mean
         vals, vecs = np.linalg.eigh(x.T @ x / len(x))
         vals, vecs = vals[::-1], vecs[:, ::-1]
+        # `widths`: the only bit counts allowed (a kernel's fields, e.g. 0, 1, 2, 4); each
+        # component's water-filled count is raised to the next allowed one, capped at the last.
+        allowed = np.array(sorted(widths) if widths else range(9))
+
+        def bits_at(theta):
+            b = np.clip(np.floor(0.5 * np.log2(np.maximum(vals, 1e-30) / theta) + 0.5), 0, 8)
+            i = np.minimum(np.searchsorted(allowed, b), len(allowed) - 1)
+            return allowed[i].astype(int)
+
         lo, hi = 1e-12, float(vals[0])
         for _ in range(100):
             theta = np.sqrt(lo * hi)
-            b = np.clip(np.floor(0.5 * np.log2(np.maximum(vals, 1e-30) / theta) + 0.5), 0, 8)
-            lo, hi = (theta, hi) if b.sum() > budget * 8 else (lo, theta)
-        b = np.clip(np.floor(0.5 * np.log2(np.maximum(vals, 1e-30) / hi) + 0.5), 0, 8).astype(int)
+            lo, hi = (theta, hi) if bits_at(theta).sum() > budget * 8 else (lo, theta)
+        b = bits_at(hi)
+        # Components by falling width, then by falling variance: the kernel's field order.
+        order = np.lexsort((np.arange(len(b)), -b))
+        b, vecs = b[order], vecs[:, order]
         self.bits = b
         k = int((b > 0).sum())
         self.bytes = int(np.ceil(b.sum() / 8)) + 4
@@ -197,6 +208,9 @@ class Water:
         rng = np.random.default_rng(seed)
         sample = y[rng.choice(len(y), min(len(y), 20000), replace=False)]
         self.recon = np.empty_like(y)
+        self.codes = np.zeros(y.shape, dtype=np.uint8)
+        self.mid = np.zeros(k, dtype=np.float32)
+        self.step = np.zeros(k, dtype=np.float32)
         for j in range(k):
             levels = 1 << b[j]
             if not lloyd:
@@ -204,6 +218,7 @@ class Water:
                 mid = sample[:, j].mean() - step * (levels - 1) / 2
                 c = np.clip(np.rint((y[:, j] - mid) / step), 0, levels - 1)
                 self.recon[:, j] = mid + c * step
+                self.codes[:, j], self.mid[j], self.step[j] = c, mid, step
                 continue
             cent = np.quantile(sample[:, j], (np.arange(levels) + 0.5) / levels)
             for _ in range(25):
@@ -225,6 +240,37 @@ class Water:
 
     prep = Pca.prep
     at = Pca.at
+
+    def export(self, directory):
+        """Writes the code for walk_codes's `water` layout: `meta.txt` (n, dims, k, and the
+        components of 4, 2 and 1 bits), `mean.f32`, `proj.f32` (k rows of dims), `mid.f32`,
+        `step.f32`, and `codes.u8`: per vector a float (|code|^2 plus the dropped part's
+        squared norm), then the 4-bit fields two a byte, the 2-bit four a byte, the 1-bit
+        eight a byte, each group's first component in a byte's low bits."""
+        if set(self.bits[self.bits > 0].tolist()) - {1, 2, 4}:
+            raise SystemExit("export needs widths 0, 1, 2 and 4 (the `-k124` codes)")
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        n, k = self.codes.shape
+        groups = [int((self.bits == w).sum()) for w in (4, 2, 1)]
+        parts, at = [], 0
+        for w, count in zip((4, 2, 1), groups):
+            per = 8 // w
+            c = np.zeros((n, -(-count // per) * per), dtype=np.uint8)
+            c[:, :count] = self.codes[:, at : at + count]
+            c = c.reshape(n, -1, per).astype(np.uint16)
+            packed = sum(c[:, :, i] << (w * i) for i in range(per)).astype(np.uint8)
+            parts.append(packed)
+            at += count
+        vnorm = (self.norms + self.res).astype("<f4").view(np.uint8).reshape(n, 4)
+        codes = np.concatenate([vnorm] + parts, axis=1)
+        (d / "meta.txt").write_text(f"{n} {self.p.shape[0]} {k} {groups[0]} {groups[1]} {groups[2]} {codes.shape[1]}\n")
+        self.mean.astype("<f4").tofile(d / "mean.f32")
+        np.ascontiguousarray(self.p.T).astype("<f4").tofile(d / "proj.f32")
+        self.mid.astype("<f4").tofile(d / "mid.f32")
+        self.step.astype("<f4").tofile(d / "step.f32")
+        codes.tofile(d / "codes.u8")
+        print(f"wrote {d}: {n:,} codes of {codes.shape[1]} bytes, groups 4/2/1 bits {groups}")
 
 
 class Exact:
@@ -315,6 +361,7 @@ def main():
     ap.add_argument("--codes", default=None, help="comma-separated subset of the codes")
     ap.add_argument("--walk", default=None, help="a graph from walk_codes --dump-graph")
     ap.add_argument("--queries", type=int, default=1000, help="walk: the first N queries")
+    ap.add_argument("--export", default=None, help="write the one code named for walk_codes")
     args = ap.parse_args()
     base, queries, gt, metric = data.load(args.dataset, limit=args.base)
     base = base.astype(np.float32)
@@ -337,8 +384,14 @@ def main():
     for budget in (dims // 8, dims // 6, dims * 3 // 16, dims // 4):
         makers[f"water{budget}"] = lambda budget=budget: Water(base, budget)
         makers[f"water{budget}-uniform"] = lambda budget=budget: Water(base, budget, lloyd=False)
+        makers[f"water{budget}-k124"] = lambda budget=budget: Water(
+            base, budget, lloyd=False, widths=(0, 1, 2, 4)
+        )
     makers["exact"] = lambda: Exact(base)
     names = args.codes.split(",") if args.codes else list(makers)
+    if args.export:
+        makers[names[0]]().export(args.export)
+        return
     if args.walk:
         if args.dataset != "pypi-minilm" or args.base is not None:
             raise SystemExit("--walk: walk_codes dumps pypi-minilm's graph, whole")

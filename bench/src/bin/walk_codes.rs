@@ -21,9 +21,12 @@
 //!   dimensions: 48 or 96 bytes) beside each node's list in FastScan's transposed blocks, the
 //!   32 neighbors scored together by table lookups in registers (`vpshufb`), every expanded
 //!   node's block prefetched whole when it becomes the next candidate.
+//! - `water` (`--water DIR`, decision 0011): principal components at 4, 2 or 1 bits (69 bytes
+//!   at 384 dimensions), exported by `bench/ann/code_estimators.py --export DIR`, by slot.
 //!
-//! Each layout's estimate is scored by byte products (AVX-512 VNNI) of the code and the query's
-//! weights quantized to bytes; codes are prefetched as the library prefetches vectors
+//! Each layout's estimate is scored by byte products (AVX-512 VNNI; on a CPU without it, AVX2
+//! for `int4`, `int4-lists` and `water`, and the other layouts are left out) of the code and
+//! the query's weights quantized to bytes; codes are prefetched as the library prefetches vectors
 //! (`CHASSIS_PREFETCH_L1_LINES` lines into L1, default 1, the rest into L2). Rounds alternate
 //! the variants (the first a warm-up); the report gives median QPS, recall@10, hops and codes
 //! per query per (ef, rr), and each variant's best QPS at recall ≥ 0.95.
@@ -32,6 +35,7 @@
 //! cargo build --release --manifest-path bench/Cargo.toml --bin walk_codes
 //! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5] [--only int4,pq4fs-d4]
 //! bench/target/release/walk_codes --dump-graph DIR   # the graph only, for code_estimators.py
+//! taskset -c 1 bench/target/release/walk_codes --water DIR --only int4,water
 //! ```
 
 use std::cmp::Reverse;
@@ -71,6 +75,8 @@ enum Layout {
     Int4Lists,
     Bit1,
     Bit1Lists,
+    /// Principal components at 4, 2 or 1 bits (`--water DIR`; docs/decisions/0011).
+    Water,
 }
 
 impl Layout {
@@ -80,6 +86,7 @@ impl Layout {
             Layout::Int4Lists => "int4-lists",
             Layout::Bit1 => "bit1",
             Layout::Bit1Lists => "bit1-lists",
+            Layout::Water => "water",
         }
     }
 
@@ -100,8 +107,69 @@ struct Codes {
     bytes: usize,
     lo: Vec<f32>,
     step: Vec<f32>,
-    /// By slot (`int4`, `bit1`), or one block per node (`bit1-lists`).
+    /// By slot (`int4`, `bit1`, `water`), or one block per node (`bit1-lists`).
     data: Vec<u8>,
+    /// The `water` layout's quantizer.
+    water: Option<Water>,
+}
+
+/// The `water` layout's quantizer, as `bench/ann/code_estimators.py --export` wrote it:
+/// `groups[0]` components of 4 bits, then `groups[1]` of 2 and `groups[2]` of 1, each
+/// component's value `mid + code * step` along its row of `proj`, after `mean` is taken off.
+/// A code is a float (its |code|^2 plus the dropped components' squared norm), then the
+/// 4-bit fields two a byte, the 2-bit four a byte, the 1-bit eight a byte.
+struct Water {
+    mean: Vec<f32>,
+    /// `mid.len()` rows of `dims`.
+    proj: Vec<f32>,
+    mid: Vec<f32>,
+    step: Vec<f32>,
+    groups: [usize; 3],
+}
+
+/// Field widths of the `water` groups, in code order.
+const WATER_WIDTHS: [usize; 3] = [4, 2, 1];
+
+fn read_f32s(path: &std::path::Path) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Loads the `water` codes exported to `dir` for the `n` x `dims` base in row order.
+fn load_water(dir: &std::path::Path, n: usize, dims: usize) -> Codes {
+    let meta = std::fs::read_to_string(dir.join("meta.txt")).expect("meta.txt");
+    let m: Vec<usize> = meta
+        .split_whitespace()
+        .map(|x| x.parse().expect("a number"))
+        .collect();
+    let [rows, d, k, g4, g2, g1, bytes] = m[..] else {
+        panic!("meta.txt: seven numbers expected")
+    };
+    assert!(rows == n && d == dims, "the codes are of another base");
+    assert_eq!(g4 + g2 + g1, k);
+    let mut data = std::fs::read(dir.join("codes.u8")).expect("codes.u8");
+    assert_eq!(data.len(), n * bytes);
+    // Kernels read whole 32-byte blocks; weights past a field are zero.
+    data.extend([0u8; 64]);
+    advise_huge(&data);
+    let water = Water {
+        mean: read_f32s(&dir.join("mean.f32")),
+        proj: read_f32s(&dir.join("proj.f32")),
+        mid: read_f32s(&dir.join("mid.f32")),
+        step: read_f32s(&dir.join("step.f32")),
+        groups: [g4, g2, g1],
+    };
+    assert_eq!(water.proj.len(), k * dims);
+    Codes {
+        layout: Layout::Water,
+        bytes,
+        lo: Vec::new(),
+        step: Vec::new(),
+        data,
+        water: Some(water),
+    }
 }
 
 fn train(g: &Graph, layout: Layout) -> Codes {
@@ -141,6 +209,7 @@ fn train(g: &Graph, layout: Layout) -> Codes {
                 step[j] = (up - dn) as f32;
             }
         }
+        Layout::Water => panic!("water codes are loaded (--water), not trained here"),
     }
     let bytes = if layout.int4() {
         d.div_ceil(2)
@@ -191,6 +260,7 @@ fn train(g: &Graph, layout: Layout) -> Codes {
         lo,
         step,
         data,
+        water: None,
     }
 }
 
@@ -204,6 +274,9 @@ struct Prepared {
 }
 
 fn prepare(c: &Codes, q: &[f32]) -> Prepared {
+    if let Some(w) = &c.water {
+        return prepare_water(w, q);
+    }
     let d = q.len();
     let a: Vec<f32> = (0..d).map(|j| q[j] * c.step[j]).collect();
     let max = a
@@ -236,12 +309,173 @@ fn prepare(c: &Codes, q: &[f32]) -> Prepared {
     }
 }
 
+/// `water`: the query's components y = P(q − mean), weights y·step quantized to bytes by
+/// field plane (per 32-byte block of a group, one 32-weight row per plane: bits 0.., then
+/// `width`.., of every byte), and in `constant` |q − mean|² − 2⟨y, mid⟩, so that the
+/// cosine distance estimate is (constant + stored float − 2·scale·Σ weight·code) / 2.
+fn prepare_water(w: &Water, q: &[f32]) -> Prepared {
+    let d = q.len();
+    let x: Vec<f32> = q.iter().zip(&w.mean).map(|(a, b)| a - b).collect();
+    // The library's SIMD inner product (AVX2 and FMA here): 285 x 384 multiply-adds a query.
+    let ip = chassis::graph::Distance::new(Metric::InnerProduct);
+    let y: Vec<f32> = w
+        .proj
+        .chunks_exact(d)
+        .map(|row| 1.0 - ip.eval(row, &x))
+        .collect();
+    let a: Vec<f32> = y.iter().zip(&w.step).map(|(y, s)| y * s).collect();
+    let max = a
+        .iter()
+        .fold(0f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let scale = max / 127.0;
+    let mut weights = Vec::new();
+    let mut j = 0;
+    for (&count, &width) in w.groups.iter().zip(&WATER_WIDTHS) {
+        let planes = 8 / width;
+        let bytes = (count * width).div_ceil(8);
+        let base = weights.len();
+        weights.resize(base + bytes.div_ceil(32) * 32 * planes, 0i8);
+        for i in 0..count {
+            let (byte, plane) = (i / planes, i % planes);
+            let at = base + (byte / 32) * 32 * planes + plane * 32 + byte % 32;
+            weights[at] = (a[j + i] / scale).round() as i8;
+        }
+        j += count;
+    }
+    let ym: f32 = y.iter().zip(&w.mid).map(|(y, m)| y * m).sum();
+    Prepared {
+        weights,
+        scale,
+        constant: chassis_bench::dot(&x, &x) - 2.0 * ym,
+    }
+}
+
+/// Whether `estimate` may use AVX-512 (set once in main).
+static AVX512: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Cosine distance estimate of the code at `code`: AVX-512 VNNI where the CPU has it (every
+/// layout but `water`), else AVX2 (int4 and `water` only).
+///
+/// # Safety
+/// AVX2, and AVX-512 BW and VNNI where [`AVX512`] says so; `code` readable for `c.bytes`
+/// bytes and 64 more.
+#[inline(always)]
+unsafe fn estimate(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
+    if c.layout != Layout::Water && AVX512.load(Ordering::Relaxed) {
+        // SAFETY: as this function's.
+        unsafe { estimate_avx512(c, p, code) }
+    } else {
+        // SAFETY: as this function's.
+        unsafe { estimate_avx2(c, p, code) }
+    }
+}
+
+/// Σ weight·field over `bytes` bytes at `at` of `width`-bit fields, into `acc`'s lanes.
+///
+/// # Safety
+/// AVX2; `at` readable for `bytes` rounded up to 32; `w` for 32 weights a plane a block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn fields_avx2(
+    acc: std::arch::x86_64::__m256i,
+    at: *const u8,
+    bytes: usize,
+    width: usize,
+    w: *const i8,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let mut acc = acc;
+    let ones = _mm256_set1_epi16(1);
+    let mask = _mm256_set1_epi8(((1u32 << width) - 1) as i8);
+    let planes = 8 / width;
+    for blk in 0..bytes.div_ceil(32) {
+        // SAFETY: readable, per this function's contract.
+        let x = unsafe { _mm256_loadu_si256(at.add(32 * blk).cast()) };
+        for plane in 0..planes {
+            let v = _mm256_and_si256(
+                _mm256_srl_epi16(x, _mm_cvtsi32_si128((plane * width) as i32)),
+                mask,
+            );
+            // SAFETY: 32 weights a plane a block.
+            let wv = unsafe { _mm256_loadu_si256(w.add(32 * (blk * planes + plane)).cast()) };
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, wv), ones));
+        }
+    }
+    acc
+}
+
+/// [`estimate`] on AVX2: int4 (its weights laid out for AVX-512's 64-byte blocks, read in
+/// halves) and `water`.
+///
+/// # Safety
+/// AVX2; `code` readable for `c.bytes` bytes and 64 more.
+#[target_feature(enable = "avx2")]
+unsafe fn estimate_avx2(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_si256();
+    let ones = _mm256_set1_epi16(1);
+    let nibble = _mm256_set1_epi8(0x0f);
+    let w = p.weights.as_ptr();
+    match &c.water {
+        None => {
+            // The bytes past the code would meet weights of the next block's: only codes of a
+            // multiple of 32 bytes (int4 at 384 dimensions: 192).
+            assert!(
+                c.layout.int4() && c.bytes.is_multiple_of(32),
+                "AVX2 scores int4 codes of a multiple of 32 bytes, and water codes"
+            );
+            for h in 0..c.bytes.div_ceil(32) {
+                let (b, half) = (h / 2, h % 2);
+                // SAFETY: within the code.
+                let x = unsafe { _mm256_loadu_si256(code.add(32 * h).cast()) };
+                let even = _mm256_and_si256(x, nibble);
+                let odd = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
+                // SAFETY: 128 weights a 64-byte block.
+                let (we, wo) = unsafe {
+                    (
+                        _mm256_loadu_si256(w.add(128 * b + 32 * half).cast()),
+                        _mm256_loadu_si256(w.add(128 * b + 64 + 32 * half).cast()),
+                    )
+                };
+                acc =
+                    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(even, we), ones));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(odd, wo), ones));
+            }
+        }
+        Some(water) => {
+            let (mut at, mut wat) = (4usize, 0usize);
+            for (&count, &width) in water.groups.iter().zip(&WATER_WIDTHS) {
+                let bytes = (count * width).div_ceil(8);
+                // SAFETY: the code and 64 bytes past it are readable; weights per plane.
+                acc = unsafe { fields_avx2(acc, code.add(at), bytes, width, w.add(wat)) };
+                at += bytes;
+                wat += bytes.div_ceil(32) * 32 * (8 / width);
+            }
+        }
+    }
+    let s = _mm_add_epi32(
+        _mm256_castsi256_si128(acc),
+        _mm256_extracti128_si256(acc, 1),
+    );
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    let sum = p.scale * _mm_cvtsi128_si32(s) as f32;
+    if c.water.is_some() {
+        // SAFETY: the code's first four bytes.
+        let stored = unsafe { std::ptr::read_unaligned(code.cast::<f32>()) };
+        0.5 * (p.constant + stored - 2.0 * sum)
+    } else {
+        1.0 - (p.constant + sum)
+    }
+}
+
 /// Cosine distance estimate 1 − ⟨q, v̂⟩ of the code at `code`.
 ///
 /// # Safety
 /// AVX-512 BW and VNNI; `code` readable for `c.bytes` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn estimate(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
+unsafe fn estimate_avx512(c: &Codes, p: &Prepared, code: *const u8) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm512_setzero_si512();
     match c.layout {
@@ -996,12 +1230,14 @@ fn dump_graph(g: &Graph, dir: &std::path::Path) -> std::io::Result<()> {
 
 fn main() -> chassis::Result<()> {
     let dump = arg("--dump-graph").map(PathBuf::from);
+    // Without AVX-512 VNNI only the int4 and `water` codes are scored (by AVX2 kernels).
+    let avx512 = std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512bw");
     assert!(
-        dump.is_some()
-            || std::arch::is_x86_feature_detected!("avx512vnni")
-                && std::arch::is_x86_feature_detected!("avx512bw"),
-        "this study's kernels need AVX-512 VNNI"
+        dump.is_some() || avx512 || std::arch::is_x86_feature_detected!("avx2"),
+        "this study's kernels need AVX-512 VNNI or AVX2"
     );
+    AVX512.store(avx512, Ordering::Relaxed);
     let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().expect("a number"));
     let data = pypi_minilm().expect("../shared/data/pypi-minilm is needed");
     let base = read_fvecs(&data.join("pypi-minilm_base.fvecs"))?;
@@ -1072,6 +1308,11 @@ fn main() -> chassis::Result<()> {
     // `--reorder`: slots renumbered in breadth-first order of layer 0 from the entry point, so
     // a node's neighbors lie near it (graph reordering for cache locality); `original[s]` is
     // the row of slot `s`.
+    let water = arg("--water").map(PathBuf::from);
+    assert!(
+        !(water.is_some() && flag("--reorder")),
+        "--water codes are by row: not with --reorder"
+    );
     let original: Vec<u32> = if flag("--reorder") {
         reorder(&mut g)
     } else {
@@ -1084,13 +1325,20 @@ fn main() -> chassis::Result<()> {
             q.iter().map(|x| x / norm).collect()
         })
         .collect();
-    let layouts = [
-        Layout::Int4,
-        Layout::Int4Lists,
-        Layout::Bit1,
-        Layout::Bit1Lists,
-    ];
-    let codes: Vec<Codes> = layouts.iter().map(|&l| train(&g, l)).collect();
+    let layouts: &[Layout] = if avx512 {
+        &[
+            Layout::Int4,
+            Layout::Int4Lists,
+            Layout::Bit1,
+            Layout::Bit1Lists,
+        ]
+    } else {
+        &[Layout::Int4, Layout::Int4Lists]
+    };
+    let mut codes: Vec<Codes> = layouts.iter().map(|&l| train(&g, l)).collect();
+    if let Some(dir) = &water {
+        codes.push(load_water(dir, n, dims));
+    }
     for c in &codes {
         let per = if c.layout.lists() {
             block_bytes(c.bytes) as f64
@@ -1103,10 +1351,14 @@ fn main() -> chassis::Result<()> {
             c.bytes
         );
     }
-    let fastscan: Vec<FastScan> = [4usize, 2]
-        .iter()
-        .map(|&dsub| train_fastscan(&g, dsub))
-        .collect();
+    let fastscan: Vec<FastScan> = if avx512 {
+        [4usize, 2]
+            .iter()
+            .map(|&dsub| train_fastscan(&g, dsub))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for f in &fastscan {
         println!(
             "pq4fs-d{}: {} subspaces of {} dims, {} code bytes, {} bytes a node",
@@ -1130,7 +1382,7 @@ fn main() -> chassis::Result<()> {
         .enumerate()
         .map(|(i, c)| (c.layout.name().to_string(), Walk::Codes(i, None)))
         .collect();
-    for margin in [0.06f32, 0.1, 0.15] {
+    for margin in [0.06f32, 0.1, 0.15].into_iter().filter(|_| avx512) {
         variants.push((
             format!("int4-gate{margin}"),
             Walk::Codes(0, Some((3, margin))),
