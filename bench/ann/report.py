@@ -31,6 +31,10 @@ ORDER = [
 # Chassis's modes: the default file and the ones a user can choose (codes, half precision).
 CHASSIS_MODES = ["chassis", "chassis-f16", "chassis-int8", "chassis-int4", "chassis-f16-int4"]
 PREAMBLE = ROOT / "bench" / "ann" / "preamble.md"
+EPILOGUE = ROOT / "bench" / "ann" / "epilogue.md"
+# The hand-written experiment log, one page per topic under docs/performance/, listed (not
+# copied) at the end of the page, in this order, each by its title.
+LOG = ["where-we-lose.md", "codes.md", "experiments.md", "filtered.md", "hardening-and-node.md"]
 
 
 def at_recall(rows, key, target=TARGET):
@@ -322,6 +326,23 @@ def plot(results):
     fig.savefig(PLOT, dpi=110)
 
 
+def log_pages():
+    """The page's last section: a link to each page of the experiment log, by its title."""
+    out = [
+        "## The experiment log",
+        "",
+        "Every measurement behind the tables above and the decisions under docs/decisions/, "
+        "dated, including the runs on other CPUs and what was tried and dropped, one page per "
+        "topic:",
+        "",
+    ]
+    for name in LOG:
+        title = (DOC.parent / "performance" / name).read_text().splitlines()[0]
+        title = title.removeprefix("# ").removeprefix("Performance log: ")
+        out.append(f"- [{title[0].upper() + title[1:]}](performance/{name})")
+    return out
+
+
 def main():
     files = sorted(OUT.glob("results-*.json"))
     order = ["pypi-minilm", "synth-1m-128", "synth-100k-1536"]
@@ -385,10 +406,8 @@ def main():
     filtered = ROOT / "bench" / "ann" / "filtered.md"
     if filtered.exists():
         lines += filtered.read_text().rstrip().splitlines() + [""]
-    # The hand-written log, one file per topic (bench/ann/epilogue/NN-topic.md), in name
-    # order, a blank line between.
-    for i, part in enumerate(sorted((ROOT / "bench" / "ann" / "epilogue").glob("*.md"))):
-        lines += ([""] if i else []) + part.read_text().rstrip().splitlines()
+    lines += EPILOGUE.read_text().rstrip().splitlines() + [""]
+    lines += log_pages()
     DOC.write_text("\n".join(lines) + "\n")
     plot(results)
     print(f"wrote {DOC} and {PLOT}")

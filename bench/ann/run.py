@@ -172,7 +172,7 @@ def worker_search(a):
     # Every run's search starts from the same page cache: each system's files evicted, as the
     # cold phase leaves them, then read back by the warm-up. A file mapped from the cache its
     # own build left (Chassis) otherwise runs at whatever page sizes the kernel gave the
-    # build's writes; read back from disk, it gets huge pages (docs/PERFORMANCE.md,
+    # build's writes; read back from disk, it gets huge pages (docs/performance/codes.md,
     # "Page-cache state").
     data.evict([f for n in names for f in SYSTEMS[n].files(Path(a.paths[n]))])
     handles = {}

@@ -8,7 +8,7 @@
 //! a group's rows before reading any, as a search does, and reads every 8-byte word of each
 //! row (a wrapping sum, so nothing is skipped). Prints the median nanoseconds per row over 7
 //! rounds (the first a warm-up) beside the row's bytes, and the implied bandwidth.
-//! docs/PERFORMANCE.md ("The memory floor") sets these against the harness's time per
+//! docs/performance/codes.md ("The memory floor") sets these against the harness's time per
 //! distance (1 / (QPS × distances per query)).
 //!
 //! A second table reads 256 of each 512-byte record at different offsets beside 256-byte

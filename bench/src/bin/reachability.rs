@@ -4,7 +4,7 @@
 //! a few ef against the exact ground truth, and how many live vectors no search can reach.
 //!
 //! Only API that every release since format 4 has, so the same program built against an
-//! earlier commit measures it the same way (for an A/B, see docs/PERFORMANCE.md).
+//! earlier commit measures it the same way (for an A/B, see docs/performance/hardening-and-node.md).
 //!
 //!   cargo run --release --bin reachability -- [--data DIR] [--n N] [--threads 1,2] [--reps 3]
 

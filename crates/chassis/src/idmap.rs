@@ -3,7 +3,7 @@
 /// The hash of the id → slot tables (writer and readers): a folded 64×64→128-bit multiply of
 /// the id mixed with a per-process random seed. Building a table at 10M slots is dominated by
 /// cache misses, and SipHash's rounds on top made it miss ADR-0008's 1 s (experiment 5,
-/// docs/PERFORMANCE.md). The seed keeps a file's ids from choosing their own collisions.
+/// docs/performance/experiments.md). The seed keeps a file's ids from choosing their own collisions.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct IdHashBuilder {
     seed: u64,

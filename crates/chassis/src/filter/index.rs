@@ -172,7 +172,7 @@ fn append(b: &mut RoaringBitmap, slots: &mut Vec<u32>) {
 /// smallest when the part's slots come from bitmaps (strings, booleans, integers of a field
 /// with few distinct ones: a union, a nanosecond or two a slot), and tests larger ones slot
 /// by slot (a column read or two each, tens of nanoseconds). On pypi-minilm's tag-and-range
-/// queries 64 answered 3x faster than 8 (docs/PERFORMANCE.md, "Filtered search").
+/// queries 64 answered 3x faster than 8 (docs/performance/filtered.md).
 const INTERSECT_WITHIN: f64 = 64.0;
 
 /// As [`INTERSECT_WITHIN`] for a part whose slots come from sorted arrays (numbers of a

@@ -28,7 +28,7 @@ use super::index::Compiled;
 use crate::graph::{self, Distance, GraphStore, Scored, Scratch};
 
 /// Distance computations of an unfiltered layer-0 search per unit of ef (measured on
-/// pypi-minilm at ef 32 to 256: 14 to 17; docs/PERFORMANCE.md, "Filtered search").
+/// pypi-minilm at ef 32 to 256: 14 to 17).
 pub const VISITS_PER_EF: f64 = 16.0;
 
 /// A graph search gives up and scans once it has made this many times the estimated count's

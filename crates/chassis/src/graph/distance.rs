@@ -183,7 +183,7 @@ type Kernel = fn(&[f32], &[f32]) -> f32;
 /// How many vectors a batch kernel scores side by side ([`Distance::walk_many`]).
 pub const BATCH_WIDTH: usize = 8;
 
-/// The shortest vectors scored in batches. Measured in searches (docs/PERFORMANCE.md): at 384
+/// The shortest vectors scored in batches. Measured in searches (docs/performance/experiments.md): at 384
 /// and 1,536 dimensions batches are 8% and 23% faster; at 128 (two cache lines a vector,
 /// where the eight horizontal sums cost as much as the products) 3% slower, and with the sums
 /// reduced together no faster in a 1M x 128 search and 2 to 4% slower in a build
@@ -193,13 +193,13 @@ pub const BATCH_MIN_DIMS: usize = 256;
 /// How many spreads of a code's error a likely bound allows ([`Distance::code_likely_bound`])
 /// for cosine and inner product, whose spread is the query's own: at 3, under 0.2% of codes
 /// would fall below it if their errors were normally distributed; measured on pypi-minilm and
-/// synthetic data to lose no recall (docs/PERFORMANCE.md, "Codes").
+/// synthetic data to lose no recall (docs/performance/codes.md).
 pub const LIKELY_Z: f32 = 3.0;
 
 /// [`LIKELY_Z`] for squared L2, whose spread is estimated from ‖q − v̂‖ as if every
 /// dimension's step were equal (the values of q − v̂ aren't at hand), so it gets more margin.
 /// Measured on 1M x 128 (L2, int4) at ef 96: recall 0.9448 at 3 and 0.9473 at 4, against
-/// 0.9474 ranking every found vector exactly (docs/PERFORMANCE.md, "Codes").
+/// 0.9474 ranking every found vector exactly (docs/performance/codes.md).
 pub const LIKELY_Z_L2: f32 = 4.0;
 
 type BatchKernel = fn(&[f32], [&[f32]; BATCH_WIDTH]) -> [f32; BATCH_WIDTH];
@@ -707,7 +707,7 @@ impl Distance {
     /// [`LIKELY_Z`] ([`LIKELY_Z_L2`] for squared L2) such spreads: not a proof (a code whose
     /// error lines up with the query could fall below it), a margin measured to lose no recall
     /// on the harness's data
-    /// (docs/PERFORMANCE.md, "Codes"). NaN gives NaN, which nothing is skipped on account of.
+    /// (docs/performance/codes.md). NaN gives NaN, which nothing is skipped on account of.
     pub fn code_likely_bound(&self, walked: f32, eps: f32, q_spread: f32, dims: usize) -> f32 {
         match self.metric {
             Metric::L2Squared => {

@@ -415,7 +415,7 @@ fn descend<S: GraphStore>(
 /// unvisited neighbors are filtered and their vectors prefetched before any of them is
 /// scored, and they are scored together ([`Distance::walk_batch`]: eight vectors' lines
 /// streaming side by side).
-/// docs/PERFORMANCE.md measures each.
+/// docs/performance/experiments.md ("Techniques measured") measures each.
 #[allow(clippy::too_many_arguments)]
 pub fn search_layer<S: GraphStore, F: Fn(u32) -> bool>(
     store: &S,

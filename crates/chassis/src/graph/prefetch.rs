@@ -28,7 +28,7 @@ fn lines_spanned(head: usize, bytes: usize) -> usize {
 /// high halves of a split vector): all of a 384-d split vector's twelve, the head of a longer
 /// one (the hardware streams the rest). On pypi-minilm's split file twelve lines were 4%
 /// faster than eight; on f32 vectors four lines were 9% slower than eight at 128 dimensions
-/// (docs/PERFORMANCE.md).
+/// (docs/performance/experiments.md).
 const VECTOR_PREFETCH_LINES: usize = 12;
 
 /// Asks the CPU to start loading the `lines` cache lines from `p` into its nearest cache (L1).
@@ -188,7 +188,7 @@ pub(super) fn prefetch_exact(p: *const u8, lines: usize) {
 /// The lines of `v` a search scores that it prefetches: all of them up to
 /// [`VECTOR_PREFETCH_LINES`]. Codes (384 bytes at 384 dimensions) get all their lines too:
 /// prefetching 1, 2 or 3 lines of a code was 16%, 15% and 11% slower than 12 at ef 48
-/// (docs/PERFORMANCE.md).
+/// (docs/performance/codes.md).
 #[inline(always)]
 fn scored_lines(v: VectorRef<'_>) -> usize {
     VECTOR_PREFETCH_LINES.min(v.walk_bytes().div_ceil(64))

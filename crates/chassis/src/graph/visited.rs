@@ -3,7 +3,7 @@
 //!
 //! A bit rather than a generation stamp per slot: at 1,000,000 slots the bits take 128 KiB,
 //! which stays in a core's L2 cache, where 4-byte stamps (4 MB) missed it on most neighbor
-//! checks (docs/PERFORMANCE.md, "Codes": a fifth of a search's time at 1M x 128 went to that
+//! checks (docs/performance/codes.md: a fifth of a search's time at 1M x 128 went to that
 //! one load).
 //!
 //! Invariants: bit i of `bits` is set exactly when slot i was inserted since the last reset;
