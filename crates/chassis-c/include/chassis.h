@@ -421,84 +421,6 @@ enum chassis_status chassis_compact_codes(struct chassis_index *index,
 // `index` is a live handle.
 enum chassis_status chassis_compact_keep_graph(struct chassis_index *index, uint32_t codes);
 
-// The `k` nearest live vectors to `query` (nearest first), searching with beam width
-// max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and
-// distances (`distances` may be null) and the count written to `found`: fewer than `k` only
-// when the index holds fewer live vectors.
-//
-// Thread safety: any thread, concurrently with every other call on the same index but close;
-// never waits for a write (it sees the writer's last finished write, or the rows of a batch
-// in progress as they are linked).
-//
-// # Safety
-// `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
-// `distances` is null or has room for `k`; `found` is writable.
-enum chassis_status chassis_search(const struct chassis_index *index,
-                                   const float *query,
-                                   size_t dims,
-                                   size_t k,
-                                   size_t ef,
-                                   uint64_t *ids,
-                                   float *distances,
-                                   size_t *found);
-
-// [`chassis_search`] on a reader: a fresh snapshot of what is committed.
-//
-// Thread safety: any thread, concurrently with every other call on the same reader.
-//
-// # Safety
-// As for `chassis_search`, with a live reader handle.
-enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
-                                          const float *query,
-                                          size_t dims,
-                                          size_t k,
-                                          size_t ef,
-                                          uint64_t *ids,
-                                          float *distances,
-                                          size_t *found);
-
-// The `k` nearest live vectors to each of `count` queries (`queries`: `count` rows of `dims`
-// floats, one after another), the answers `count` calls of [`chassis_search`] give, all on
-// one view of the index (what the writer had published when the call began). Faster than
-// those calls where the file is larger than memory: each query's reads of the vectors it
-// ranks overlap the next query's walk. Row `i`'s hits go to `ids[i * k ..]` and
-// `distances[i * k ..]` (`distances` may be null) and their count to `found[i]`; a row's
-// places past its count are left as they were. `count` 0 writes nothing. An error (a wrong
-// `dims`, a NaN in any query, `k` 0) writes nothing either.
-//
-// Thread safety: as `chassis_search`.
-//
-// # Safety
-// `index` is a live handle; `queries` points to `count * dims` floats; `ids` has room for
-// `count * k` values, `distances` is null or has room for `count * k`; `found` has room for
-// `count`.
-enum chassis_status chassis_search_many(const struct chassis_index *index,
-                                        const float *queries,
-                                        size_t count,
-                                        size_t dims,
-                                        size_t k,
-                                        size_t ef,
-                                        uint64_t *ids,
-                                        float *distances,
-                                        size_t *found);
-
-// [`chassis_search_many`] on a reader: every query on one fresh snapshot of what is
-// committed.
-//
-// Thread safety: any thread, concurrently with every other call on the same reader.
-//
-// # Safety
-// As for `chassis_search_many`, with a live reader handle.
-enum chassis_status chassis_reader_search_many(const struct chassis_reader *reader,
-                                               const float *queries,
-                                               size_t count,
-                                               size_t dims,
-                                               size_t k,
-                                               size_t ef,
-                                               uint64_t *ids,
-                                               float *distances,
-                                               size_t *found);
-
 // Live vectors the writer sees (its unflushed work included).
 //
 // Thread safety: any thread, concurrently with every other call on the same index but close;
@@ -579,6 +501,23 @@ enum chassis_status chassis_info(const struct chassis_index *index,
 enum chassis_status chassis_reader_info(const struct chassis_reader *reader,
                                         struct chassis_index_info *out_info);
 
+// Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
+// `chassis_flush` first). Null is ignored.
+//
+// Thread safety: never while another thread uses the handle.
+//
+// # Safety
+// `index` is null or a live handle no other thread is using; it is invalid afterwards.
+void chassis_close(struct chassis_index *index);
+
+// Closes a reader. Null is ignored.
+//
+// Thread safety: never while another thread uses the handle.
+//
+// # Safety
+// `reader` is null or a live handle no other thread is using; it is invalid afterwards.
+void chassis_reader_close(struct chassis_reader *reader);
+
 // Copies the last committed state (the last flush) to the file `dst` while writes go on (an
 // online backup). A `dst` holding an earlier backup of this file gets only what changed; a
 // missing one, or one holding another index, gets a full copy renamed over it. `dst` always
@@ -605,23 +544,6 @@ enum chassis_status chassis_backup(const struct chassis_index *index,
 enum chassis_status chassis_reader_backup(const struct chassis_reader *reader,
                                           const char *dst,
                                           struct chassis_backup_report *out_report);
-
-// Closes the writer and releases its lock. Unflushed adds and deletes are discarded (call
-// `chassis_flush` first). Null is ignored.
-//
-// Thread safety: never while another thread uses the handle.
-//
-// # Safety
-// `index` is null or a live handle no other thread is using; it is invalid afterwards.
-void chassis_close(struct chassis_index *index);
-
-// Closes a reader. Null is ignored.
-//
-// Thread safety: never while another thread uses the handle.
-//
-// # Safety
-// `reader` is null or a live handle no other thread is using; it is invalid afterwards.
-void chassis_reader_close(struct chassis_reader *reader);
 
 // Adds a vector with its metadata, a JSON object (`{"tenant": "acme", "tags": ["a"]}`; null
 // or "{}" for none; see docs/FILTERS.md for what it may hold). With `id` null the index
@@ -716,6 +638,84 @@ enum chassis_status chassis_reader_search_filtered(const struct chassis_reader *
                                                    uint64_t *ids,
                                                    float *distances,
                                                    size_t *found);
+
+// The `k` nearest live vectors to `query` (nearest first), searching with beam width
+// max(`ef`, `k`); the writer sees its own unflushed adds and deletes. Writes up to `k` ids and
+// distances (`distances` may be null) and the count written to `found`: fewer than `k` only
+// when the index holds fewer live vectors.
+//
+// Thread safety: any thread, concurrently with every other call on the same index but close;
+// never waits for a write (it sees the writer's last finished write, or the rows of a batch
+// in progress as they are linked).
+//
+// # Safety
+// `index` is a live handle; `query` points to `dims` floats; `ids` has room for `k` values,
+// `distances` is null or has room for `k`; `found` is writable.
+enum chassis_status chassis_search(const struct chassis_index *index,
+                                   const float *query,
+                                   size_t dims,
+                                   size_t k,
+                                   size_t ef,
+                                   uint64_t *ids,
+                                   float *distances,
+                                   size_t *found);
+
+// [`chassis_search`] on a reader: a fresh snapshot of what is committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search`, with a live reader handle.
+enum chassis_status chassis_reader_search(const struct chassis_reader *reader,
+                                          const float *query,
+                                          size_t dims,
+                                          size_t k,
+                                          size_t ef,
+                                          uint64_t *ids,
+                                          float *distances,
+                                          size_t *found);
+
+// The `k` nearest live vectors to each of `count` queries (`queries`: `count` rows of `dims`
+// floats, one after another), the answers `count` calls of [`chassis_search`] give, all on
+// one view of the index (what the writer had published when the call began). Faster than
+// those calls where the file is larger than memory: each query's reads of the vectors it
+// ranks overlap the next query's walk. Row `i`'s hits go to `ids[i * k ..]` and
+// `distances[i * k ..]` (`distances` may be null) and their count to `found[i]`; a row's
+// places past its count are left as they were. `count` 0 writes nothing. An error (a wrong
+// `dims`, a NaN in any query, `k` 0) writes nothing either.
+//
+// Thread safety: as `chassis_search`.
+//
+// # Safety
+// `index` is a live handle; `queries` points to `count * dims` floats; `ids` has room for
+// `count * k` values, `distances` is null or has room for `count * k`; `found` has room for
+// `count`.
+enum chassis_status chassis_search_many(const struct chassis_index *index,
+                                        const float *queries,
+                                        size_t count,
+                                        size_t dims,
+                                        size_t k,
+                                        size_t ef,
+                                        uint64_t *ids,
+                                        float *distances,
+                                        size_t *found);
+
+// [`chassis_search_many`] on a reader: every query on one fresh snapshot of what is
+// committed.
+//
+// Thread safety: any thread, concurrently with every other call on the same reader.
+//
+// # Safety
+// As for `chassis_search_many`, with a live reader handle.
+enum chassis_status chassis_reader_search_many(const struct chassis_reader *reader,
+                                               const float *queries,
+                                               size_t count,
+                                               size_t dims,
+                                               size_t k,
+                                               size_t ef,
+                                               uint64_t *ids,
+                                               float *distances,
+                                               size_t *found);
 
 // Indexes these metadata fields for full-text search from now on, every document already
 // stored included: `fields_json` is a JSON array of names (`["text"]`) or objects
