@@ -35,6 +35,9 @@ nearest estimates ranked exactly), and the table gives recall@10 and codes score
     bench/target/release/walk_codes --dump-graph bench/target/walk_graph      # ~1 min
     bench/.venv/bin/python bench/ann/code_estimators.py --walk bench/target/walk_graph \
         --codes exact,int4,rabitq1,water64-uniform                              # ~2 min
+    bench/.venv/bin/python bench/ann/code_estimators.py --codes water64-k124 \
+        --export bench/target/water64       # the timed code, for walk_codes --water
+    taskset -c 1 bench/target/release/walk_codes --water bench/target/water64 --only int4,water
 """
 
 import argparse
@@ -264,7 +267,8 @@ class Water:
             at += count
         vnorm = (self.norms + self.res).astype("<f4").view(np.uint8).reshape(n, 4)
         codes = np.concatenate([vnorm] + parts, axis=1)
-        (d / "meta.txt").write_text(f"{n} {self.p.shape[0]} {k} {groups[0]} {groups[1]} {groups[2]} {codes.shape[1]}\n")
+        meta = [n, self.p.shape[0], k, *groups, codes.shape[1]]
+        (d / "meta.txt").write_text(" ".join(map(str, meta)) + "\n")
         self.mean.astype("<f4").tofile(d / "mean.f32")
         np.ascontiguousarray(self.p.T).astype("<f4").tofile(d / "proj.f32")
         self.mid.astype("<f4").tofile(d / "mid.f32")
@@ -396,6 +400,9 @@ def main():
         if args.dataset != "pypi-minilm" or args.base is not None:
             raise SystemExit("--walk: walk_codes dumps pypi-minilm's graph, whole")
         graph = load_graph(args.walk)
+        if graph[0].shape[0] != len(base):
+            nodes = graph[0].shape[0]
+            raise SystemExit(f"{args.walk} holds {nodes:,} nodes, the base {len(base):,}")
         print(f"walk over {args.walk}, {args.queries} queries: recall@10 / codes scored")
         settings = [(ef, rr) for ef in (32, 48, 64, 96, 128) for rr in (20, 40, 80) if rr <= ef]
         print("| code | bytes | " + " | ".join(f"ef {e}, rr {r}" for e, r in settings) + " |")
