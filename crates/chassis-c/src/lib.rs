@@ -119,8 +119,12 @@ mod documents;
 mod search;
 mod text;
 
-pub use backup::chassis_backup_report;
+// The functions moved out of this file stay where the crate's documentation lists them.
+pub use backup::{chassis_backup, chassis_backup_report, chassis_reader_backup};
 use search::write_hits;
+pub use search::{
+    chassis_reader_search, chassis_reader_search_many, chassis_search, chassis_search_many,
+};
 
 fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
