@@ -85,7 +85,7 @@ class PerDim:
         return self.norms[ids] - 2 * self.recon[ids] @ q
 
 
-class Bits:
+class Bits(PerDim):
     def __init__(self, base):
         self.bytes = base.shape[1] // 8 + 8
         mean = base.mean(0)
@@ -94,12 +94,6 @@ class Bits:
         lo = np.array([base[~above[:, j], j].mean() for j in range(base.shape[1])])
         self.recon = np.where(above, hi, lo).astype(np.float32)
         self.norms = (self.recon * self.recon).sum(1)
-
-    def estimate(self, q):
-        return self.norms[None, :] - 2 * q @ self.recon.T
-
-    prep = PerDim.prep
-    at = PerDim.at
 
 
 class RaBitQ:
@@ -169,7 +163,7 @@ class Pca:
         return self.norms[ids] - 2 * self.recon[ids] @ y + self.res[ids]
 
 
-class Water:
+class Water(Pca):
     """Every principal component, each at its own number of bits (reverse water-filling over
     the components' variances, to `budget` bytes), each quantized by a scalar Lloyd quantizer
     (k-means in one dimension: 2^b levels fit to the component's values), or with `lloyd`
@@ -234,15 +228,6 @@ class Water:
             self.recon[:, j] = cent[np.searchsorted((cent[1:] + cent[:-1]) / 2, y[:, j])]
         self.res = ((x * x).sum(1) - (y * y).sum(1)).astype(np.float32)
         self.norms = (self.recon * self.recon).sum(1)
-
-    def estimate(self, q):
-        x = q - self.mean
-        y = x @ self.p
-        qres = (x * x).sum(1) - (y * y).sum(1)
-        return self.norms[None, :] - 2 * y @ self.recon.T + self.res[None, :] + qres[:, None]
-
-    prep = Pca.prep
-    at = Pca.at
 
     def export(self, directory):
         """Writes the code for walk_codes's `water` layout: `meta.txt` (n, dims, k, and the
