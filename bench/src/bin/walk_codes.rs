@@ -4,9 +4,12 @@
 //! docs/decisions/0008).
 //!
 //! Opens a Chassis file of pypi-minilm (f32 vectors, built in row order, so slot = row; built
-//! here if missing), copies its graph into flat arrays, and walks it with one walker (greedy
-//! descent by exact distances, then a layer-0 beam by code estimates, then the `rr` nearest
-//! estimates ranked exactly by f32) over these layouts of the walk's codes:
+//! here if missing), or of another set given as `--base`, `--queries` and `--gt` files (walked
+//! as cosine, so its ground truth must be cosine's: `bench/ann/fvecs.py --metric cosine`),
+//! copies its graph into flat arrays, and walks it with one walker (greedy descent by exact
+//! distances, then a layer-0 beam by code estimates, then the `rr` nearest estimates ranked
+//! exactly by f32; visited slots in the library's bit set) over these layouts of the walk's
+//! codes:
 //!
 //! - `int4`: today's codes (four bits a dimension, a trained range per dimension, 192 bytes at
 //!   384 dimensions: three cache lines), in an array by slot: one random read per neighbor;
@@ -36,6 +39,9 @@
 //! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5] [--only int4,pq4fs-d4]
 //! bench/target/release/walk_codes --dump-graph DIR   # the graph only, for code_estimators.py
 //! taskset -c 1 bench/target/release/walk_codes --water DIR --only int4,water
+//! bench/.venv/bin/python bench/ann/fvecs.py synth-1m-128 D --metric cosine
+//! taskset -c 1 bench/target/release/walk_codes --index D/f32.chassis --base D/base.fvecs \
+//!     --queries D/queries.fvecs --gt D/gt.ivecs --only int4,int4-lists --efs 64,96,128
 //! ```
 
 use std::cmp::Reverse;
@@ -44,7 +50,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use chassis::graph::{GraphStore, VectorRef, EMPTY};
+use chassis::graph::{GraphStore, VectorRef, VisitedSet, EMPTY};
 use chassis::{Index, IndexReader, Metric, Options, VectorLayout};
 use chassis_bench::{advise_huge, arg, median, pypi_minilm, read_fvecs, read_ivecs};
 
@@ -601,8 +607,10 @@ enum Walk {
 type Variant = (String, Walk);
 
 struct Scratch {
-    visited: Vec<u32>,
-    epoch: u32,
+    /// The library's visited set (a bit per slot, 128 KiB at 1M: stays in L2, where a 4-byte
+    /// stamp per slot, 4 MB, missed it on most checks at 1M and hid everything else).
+    visited: VisitedSet,
+    n: usize,
     cand: BinaryHeap<Reverse<u64>>,
     beam: BinaryHeap<u64>,
     gathered: Vec<(u32, *const u8)>,
@@ -614,17 +622,13 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Starts a layer-0 beam at `cur` (distance `cur_d`): a new visited epoch, both heaps
+    /// Starts a layer-0 beam at `cur` (distance `cur_d`): the visited set cleared, both heaps
     /// holding only it.
     fn start(&mut self, cur: u32, cur_d: f32) {
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.visited.iter_mut().for_each(|v| *v = 0);
-            self.epoch = 1;
-        }
+        self.visited.reset(self.n);
         self.cand.clear();
         self.beam.clear();
-        self.visited[cur as usize] = self.epoch;
+        self.visited.insert(cur);
         let entry = key(cur_d, cur);
         self.cand.push(Reverse(entry));
         self.beam.push(entry);
@@ -647,10 +651,9 @@ impl Scratch {
     /// `c` (by slot), each code prefetched.
     fn gather_by_slot(&mut self, g: &Graph, c: &Codes, cs: u32) {
         for &w in &g.level0[cs as usize * M0..(cs as usize + 1) * M0] {
-            if w == EMPTY || self.visited[w as usize] == self.epoch {
+            if w == EMPTY || !self.visited.insert(w) {
                 continue;
             }
-            self.visited[w as usize] = self.epoch;
             let ptr = c.data[w as usize * c.bytes..].as_ptr();
             prefetch_range(ptr, c.bytes);
             self.gathered.push((w, ptr));
@@ -711,10 +714,9 @@ fn search(
             let bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k)) + margin;
             for i in 0..M0 {
                 let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
-                if w == EMPTY || s.visited[w as usize] == s.epoch {
+                if w == EMPTY || !s.visited.insert(w) {
                     continue;
                 }
-                s.visited[w as usize] = s.epoch;
                 s.gated += 1;
                 // SAFETY: AVX-512 VNNI checked in main; the block holds the code.
                 let e = unsafe { estimate(gc, gp, block[4 * M0 + i * gc.bytes..].as_ptr()) };
@@ -729,10 +731,9 @@ fn search(
             let block = &c.data[cs as usize * bb..(cs as usize + 1) * bb];
             for i in 0..M0 {
                 let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
-                if w == EMPTY || s.visited[w as usize] == s.epoch {
+                if w == EMPTY || !s.visited.insert(w) {
                     continue;
                 }
-                s.visited[w as usize] = s.epoch;
                 let ptr = block[4 * M0 + i * c.bytes..].as_ptr();
                 prefetch_range(ptr, c.bytes);
                 s.gathered.push((w, ptr));
@@ -1085,10 +1086,9 @@ fn search_fastscan(
         let mut bound = s.beam.peek().map_or(f32::INFINITY, |&k| key_dist(k));
         for i in 0..M0 {
             let w = u32::from_le_bytes(block[4 * i..4 * i + 4].try_into().unwrap());
-            if w == EMPTY || s.visited[w as usize] == s.epoch {
+            if w == EMPTY || !s.visited.insert(w) {
                 continue;
             }
-            s.visited[w as usize] = s.epoch;
             s.estimates += 1;
             let d = 1.0 - (p.bias + p.delta * f32::from(sums[i]));
             s.offer(d, w, ef, &mut bound);
@@ -1126,8 +1126,8 @@ struct Lane {
 impl Scratch {
     fn new(n: usize) -> Self {
         Scratch {
-            visited: vec![0; n],
-            epoch: 0,
+            visited: VisitedSet::default(),
+            n,
             cand: BinaryHeap::new(),
             beam: BinaryHeap::new(),
             gathered: Vec::new(),
@@ -1239,10 +1239,25 @@ fn main() -> chassis::Result<()> {
     );
     AVX512.store(avx512, Ordering::Relaxed);
     let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().expect("a number"));
-    let data = pypi_minilm().expect("../shared/data/pypi-minilm is needed");
-    let base = read_fvecs(&data.join("pypi-minilm_base.fvecs"))?;
-    let path = arg("--index").map_or(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/walk_codes-f32.chassis"),
+    // `--base B --queries Q --gt G` (fvecs, fvecs, ivecs; walked as cosine): another data set
+    // than pypi-minilm, with its own `--index` file (built here if missing).
+    let data = pypi_minilm();
+    let named = |flag: &str, file: &str| {
+        arg(flag).map(PathBuf::from).unwrap_or_else(|| {
+            data.as_ref()
+                .expect("../shared/data/pypi-minilm is needed (or --base, --queries, --gt)")
+                .join(file)
+        })
+    };
+    let base = read_fvecs(&named("--base", "pypi-minilm_base.fvecs"))?;
+    let path = arg("--index").map_or_else(
+        || {
+            assert!(
+                arg("--base").is_none(),
+                "--base needs --index: the file of that set (built there if missing)"
+            );
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/walk_codes-f32.chassis")
+        },
         PathBuf::from,
     );
     if !path.exists() {
@@ -1258,8 +1273,8 @@ fn main() -> chassis::Result<()> {
         ix.flush()?;
         ix.close()?;
     }
-    let queries = read_fvecs(&data.join("pypi-minilm_query.fvecs"))?;
-    let gt = read_ivecs(&data.join("pypi-minilm_groundtruth.ivecs"));
+    let queries = read_fvecs(&named("--queries", "pypi-minilm_query.fvecs"))?;
+    let gt = read_ivecs(&named("--gt", "pypi-minilm_groundtruth.ivecs"));
     let reader = IndexReader::open(&path)?;
     let snap = reader.snapshot()?;
     let h = reader.header_of(&snap).clone();
@@ -1399,7 +1414,11 @@ fn main() -> chassis::Result<()> {
         let names: Vec<&str> = only.split(',').collect();
         variants.retain(|(name, _)| names.contains(&name.as_str()));
     }
-    let settings: Vec<(usize, usize)> = [24, 32, 48, 64, 96, 128]
+    // `--efs 64,96,128`: the beam widths tried (each with `rr` 20, 40 and 80 up to ef).
+    let efs: Vec<usize> = arg("--efs").map_or(vec![24, 32, 48, 64, 96, 128], |e| {
+        e.split(',').map(|x| x.parse().expect("a number")).collect()
+    });
+    let settings: Vec<(usize, usize)> = efs
         .iter()
         .flat_map(|&ef| {
             [20, 40, 80]
