@@ -28,7 +28,9 @@ use super::index::Compiled;
 use crate::graph::{self, Distance, GraphStore, Scored, Scratch};
 
 /// Distance computations of an unfiltered layer-0 search per unit of ef (measured on
-/// pypi-minilm at ef 32 to 256: 14 to 17).
+/// pypi-minilm at ef 32 to 256 when this was set: 14 to 17; on the default file of
+/// decision 0001's graph, counting the descent and the exact ranking too, 25 at ef 32 down to
+/// 16 at ef 256: docs/performance/filtered.md, "The scan cutoff's constant").
 pub const VISITS_PER_EF: f64 = 16.0;
 
 /// A graph search gives up and scans once it has made this many times the estimated count's
