@@ -39,6 +39,7 @@
 //! taskset -c 1 bench/target/release/walk_codes [--index F] [--rounds 5] [--only int4,pq4fs-d4]
 //! bench/target/release/walk_codes --dump-graph DIR   # the graph only, for code_estimators.py
 //! taskset -c 1 bench/target/release/walk_codes --water DIR --only int4,water
+//! taskset -c 1 bench/target/release/walk_codes --water DIR --only int4,water --rrs 20,40,ef
 //! bench/.venv/bin/python bench/ann/fvecs.py synth-1m-128 D --metric cosine
 //! taskset -c 1 bench/target/release/walk_codes --index D/f32.chassis --base D/base.fvecs \
 //!     --queries D/queries.fvecs --gt D/gt.ivecs --only int4,int4-lists --efs 64,96,128
@@ -1414,17 +1415,26 @@ fn main() -> chassis::Result<()> {
         let names: Vec<&str> = only.split(',').collect();
         variants.retain(|(name, _)| names.contains(&name.as_str()));
     }
-    // `--efs 64,96,128`: the beam widths tried (each with `rr` 20, 40 and 80 up to ef).
+    // `--efs 64,96,128`: the beam widths tried, each with the `rr` of `--rrs` up to ef (20, 40
+    // and 80 unless given; `ef` there ranks the whole beam).
     let efs: Vec<usize> = arg("--efs").map_or(vec![24, 32, 48, 64, 96, 128], |e| {
         e.split(',').map(|x| x.parse().expect("a number")).collect()
+    });
+    let rrs: Vec<Option<usize>> = arg("--rrs").map_or(vec![Some(20), Some(40), Some(80)], |r| {
+        r.split(',')
+            .map(|x| (x != "ef").then(|| x.parse().expect("a number or `ef`")))
+            .collect()
     });
     let settings: Vec<(usize, usize)> = efs
         .iter()
         .flat_map(|&ef| {
-            [20, 40, 80]
-                .into_iter()
-                .filter(move |&rr| rr <= ef)
-                .map(move |rr| (ef, rr))
+            let mut rr: Vec<usize> = rrs
+                .iter()
+                .map(|r| r.unwrap_or(ef))
+                .filter(|&rr| rr <= ef)
+                .collect();
+            rr.dedup();
+            rr.into_iter().map(move |rr| (ef, rr))
         })
         .collect();
     println!(
