@@ -1433,6 +1433,7 @@ fn main() -> chassis::Result<()> {
                 .map(|r| r.unwrap_or(ef))
                 .filter(|&rr| rr <= ef)
                 .collect();
+            rr.sort_unstable();
             rr.dedup();
             rr.into_iter().map(move |rr| (ef, rr))
         })
