@@ -24,6 +24,7 @@
 
 pub mod distance;
 mod filtered;
+mod memo;
 pub mod order;
 mod prefetch;
 mod rank;
@@ -38,6 +39,7 @@ use std::sync::{Mutex, MutexGuard};
 pub use distance::{AlignedVector, CodedQuery, Distance, Metric, SimdLevel, VectorRef};
 use filtered::gather_two_hop;
 pub use filtered::{scan, search_within_two_hop};
+pub use memo::PruneMemo;
 pub(crate) use prefetch::prefetch;
 use prefetch::{prefetch_list, prefetch_scan, prefetch_walk};
 use rank::{approximate, rank_exactly};
@@ -790,16 +792,36 @@ pub fn select_neighbors<S: GraphStore>(
     m: usize,
     scratch: &mut Scratch,
 ) -> Vec<Scored> {
+    select_neighbors_knowing(store, dist, base, candidates, &[], m, scratch)
+}
+
+/// [`select_neighbors`] where `known[i]` says candidate `i` was kept by the last run of the
+/// heuristic over the same base together with every other known candidate ([`PruneMemo`]):
+/// two known candidates are not compared again (the test would pass as it did then). Only
+/// what is computed changes, never what is kept. An empty `known` knows nothing.
+fn select_neighbors_knowing<S: GraphStore>(
+    store: &S,
+    dist: &Distance,
+    base: u32,
+    candidates: &[Scored],
+    known: &[bool],
+    m: usize,
+    scratch: &mut Scratch,
+) -> Vec<Scored> {
     if candidates.len() <= m {
         return candidates.to_vec();
     }
     let base = store
         .vector(base)
         .filter(|&b| b.dims() >= PAIR_MIN_DIMS && dist.pairs_directly(b));
+    let is_known = |i: usize| known.get(i).copied().unwrap_or(false);
     let mut kept: Vec<Scored> = Vec::with_capacity(m);
-    // Without pair kernels: the kept neighbors' values, decoded once each as they are kept
-    // (at most m decodes, where decoding each candidate took one per candidate looked at).
+    let mut kept_known: Vec<bool> = Vec::with_capacity(m);
+    // Without pair kernels: the kept neighbors' values, decoded once each, when first
+    // compared (at most m decodes, where decoding each candidate took one per candidate
+    // looked at; a kept neighbor only ever compared with known ones is never decoded).
     let mut kept_values: Vec<f32> = Vec::new();
+    let mut decoded: Vec<bool> = Vec::with_capacity(m);
     let mut cv = Vec::new();
     // Without pair kernels a kept candidate is decoded, and a split vector's low halves are
     // read for that alone (the walk read only its high halves): a cache miss each, 13% of a
@@ -823,12 +845,23 @@ pub fn select_neighbors<S: GraphStore>(
         let Some(v) = store.vector(c.slot) else {
             continue;
         };
+        let c_known = is_known(i);
+        // The kept neighbors this candidate must still be compared with.
+        let mut unsettled = kept
+            .iter()
+            .zip(&kept_known)
+            .enumerate()
+            .filter(move |(_, (_, &k_known))| !(c_known && k_known))
+            .map(|(j, (k, _))| (j, k.slot));
         let good = match base {
             Some(b) if dist.pairs_directly(v) => {
-                scratch.distance_count += 1;
-                let to_base = dist.between(b, v);
-                kept.iter().all(|k| match store.vector(k.slot) {
+                let mut to_base = None;
+                unsettled.all(|(_, k)| match store.vector(k) {
                     Some(kv) => {
+                        let to_base = *to_base.get_or_insert_with(|| {
+                            scratch.distance_count += 1;
+                            dist.between(b, v)
+                        });
                         scratch.distance_count += 1;
                         dist.between(v, kv) >= to_base
                     }
@@ -836,9 +869,13 @@ pub fn select_neighbors<S: GraphStore>(
                 })
             }
             Some(_) => {
-                v.decode_into(&mut cv);
-                kept.iter().all(|k| match store.vector(k.slot) {
+                let mut ready = false;
+                unsettled.all(|(_, k)| match store.vector(k) {
                     Some(kv) => {
+                        if !ready {
+                            v.decode_into(&mut cv);
+                            ready = true;
+                        }
                         scratch.distance_count += 1;
                         dist.walk(&cv, kv) >= c.distance
                     }
@@ -847,16 +884,31 @@ pub fn select_neighbors<S: GraphStore>(
             }
             // Each side of the comparison a kept neighbor's exact values against the
             // candidate as stored, as the candidate's distance to the base is: like with like.
-            None => kept_values.chunks_exact(v.dims().max(1)).all(|kv| {
-                scratch.distance_count += 1;
-                dist.walk(kv, v) >= c.distance
-            }),
+            None => {
+                let dims = v.dims().max(1);
+                unsettled.all(|(j, k)| {
+                    let at = j * dims;
+                    if !decoded[j] {
+                        match store.vector(k) {
+                            Some(kv) if kv.dims() == dims => {
+                                kv.decode_into(&mut cv);
+                                kept_values[at..at + dims].copy_from_slice(&cv);
+                            }
+                            _ => return true,
+                        }
+                        decoded[j] = true;
+                    }
+                    scratch.distance_count += 1;
+                    dist.walk(&kept_values[at..at + dims], v) >= c.distance
+                })
+            }
         };
         if good {
             kept.push(c);
+            kept_known.push(c_known);
             if base.is_none() {
-                v.decode_into(&mut cv);
-                kept_values.extend_from_slice(&cv);
+                kept_values.resize(kept.len() * v.dims().max(1), 0.0);
+                decoded.push(false);
             }
         }
     }
@@ -963,6 +1015,7 @@ fn link<S: GraphStore>(
     layer: usize,
     entry: u32,
     locks: Option<&NodeLocks>,
+    memo: Option<&PruneMemo>,
     scratch: &mut Scratch,
 ) {
     let Some(words) = neighbors(store, from, layer) else {
@@ -987,19 +1040,46 @@ fn link<S: GraphStore>(
     let r = store.routing_count();
     let Some(v) = store.vector(from) else { return };
     let fv = v.to_vec();
-    let mut cands: Vec<Scored> = Vec::with_capacity(words.len() + 1);
-    cands.push(Scored {
-        distance: to_distance,
-        slot: to,
-    });
-    // A word at or past the routing count is a stale hint: drop it.
-    let old = words
+    let current: Vec<u32> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+    let memo = memo.filter(|_| layer == 0);
+    let known = memo.map_or(0, |m| m.known(from, &current));
+    // A word at or past the routing count is a stale hint: drop it. The old neighbors'
+    // vectors are asked for together before any is scored (one miss each, overlapped).
+    let old: Vec<(u32, bool)> = current
         .iter()
-        .map(|w| w.load(Ordering::Relaxed))
-        .filter(|&n| n < r && n != from);
-    score_into(store, dist, &fv, old, &mut cands, scratch);
-    cands.sort_unstable();
-    let kept = select_neighbors(store, dist, from, &cands, params.capacity(layer), scratch);
+        .enumerate()
+        .filter(|&(_, &n)| n < r && n != from)
+        .map(|(i, &n)| (n, known >> i & 1 == 1))
+        .collect();
+    for &(n, _) in &old {
+        if let Some(nv) = store.vector(n) {
+            prefetch_walk(nv);
+        }
+    }
+    let mut scored: Vec<(Scored, bool)> = Vec::with_capacity(old.len() + 1);
+    scored.push((
+        Scored {
+            distance: to_distance,
+            slot: to,
+        },
+        false,
+    ));
+    for (n, k) in old {
+        if let Some(nv) = store.vector(n) {
+            scratch.distance_count += 1;
+            scored.push((
+                Scored {
+                    distance: dist.walk(&fv, nv),
+                    slot: n,
+                },
+                k,
+            ));
+        }
+    }
+    scored.sort_unstable_by_key(|a| a.0);
+    let (cands, known): (Vec<Scored>, Vec<bool>) = scored.into_iter().unzip();
+    let capacity = params.capacity(layer);
+    let kept = select_neighbors_knowing(store, dist, from, &cands, &known, capacity, scratch);
     let mut keep: Vec<u32> = kept.iter().map(|s| s.slot).collect();
     if layer == 0 {
         keep_supporting(
@@ -1007,6 +1087,17 @@ fn link<S: GraphStore>(
         );
     }
     rewrite_preserving(words, &keep);
+    if let Some(memo) = memo {
+        // What the heuristic kept was compared pair by pair, but `to` against the others with
+        // its distance from the insert's walk (from `to`'s side), which a later prune doesn't
+        // use: it, and what `keep_supporting` kept back, are compared again next time.
+        if cands.len() > capacity {
+            let together: Vec<u32> = kept.iter().map(|s| s.slot).filter(|&s| s != to).collect();
+            memo.remember(from, words, &together);
+        } else {
+            memo.forget(from);
+        }
+    }
 }
 
 /// The support part of a layer-0 prune (see [`link`]): `cands` is the old list and `to`,
@@ -1061,6 +1152,7 @@ pub fn insert<S: GraphStore>(
     level: usize,
     entry: Option<(u32, usize)>,
     locks: Option<&NodeLocks>,
+    memo: Option<&PruneMemo>,
     scratch: &mut Scratch,
 ) -> bool {
     let Some((ep, max_layer)) = entry else {
@@ -1107,12 +1199,25 @@ pub fn insert<S: GraphStore>(
         // then the backlinks.
         for s in &selected {
             link(
-                store, dist, params, slot, s.slot, s.distance, layer, ep, locks, scratch,
+                store, dist, params, slot, s.slot, s.distance, layer, ep, locks, memo, scratch,
             );
+        }
+        // The heuristic compared every pair it kept, in the order of the walk's distances: a
+        // prune of this list orders them by the same distances (this node's exact values
+        // against each one's stored halves, one at a time), unless the walk scored them in
+        // batches, whose sums may differ in the last bit and so order a near tie the other
+        // way.
+        let walked_one_at_a_time = q.len() < distance::BATCH_MIN_DIMS;
+        if let (Some(memo), 0, true) = (memo, layer, found.len() > want && walked_one_at_a_time) {
+            if let Some(words) = store.level0(slot) {
+                let _guard = locks.map(|l| l.lock(slot));
+                let together: Vec<u32> = selected.iter().map(|s| s.slot).collect();
+                memo.remember(slot, words, &together);
+            }
         }
         for s in &selected {
             link(
-                store, dist, params, s.slot, slot, s.distance, layer, ep, locks, scratch,
+                store, dist, params, s.slot, slot, s.distance, layer, ep, locks, memo, scratch,
             );
         }
         if let Some(best) = found.first() {
@@ -1164,10 +1269,10 @@ pub fn reconnect<S: GraphStore>(
     let selected = select_neighbors(store, dist, slot, &found, params.m, scratch);
     for s in &selected {
         link(
-            store, dist, params, s.slot, slot, s.distance, 0, ep, None, scratch,
+            store, dist, params, s.slot, slot, s.distance, 0, ep, None, None, scratch,
         );
         link(
-            store, dist, params, slot, s.slot, s.distance, 0, ep, None, scratch,
+            store, dist, params, slot, s.slot, s.distance, 0, ep, None, None, scratch,
         );
     }
 }
@@ -1318,6 +1423,7 @@ mod tests {
                                 0,
                                 0,
                                 Some(locks),
+                                None,
                                 &mut scratch,
                             );
                         }
@@ -1372,6 +1478,17 @@ mod tests {
     }
 
     pub(super) fn split_points(metric: Metric, n: usize, dims: usize, seed: u64) -> SplitPoints {
+        build_split_points(metric, n, dims, seed, None).0
+    }
+
+    /// [`split_points`] built with `memo` or without, and the distances its build computed.
+    fn build_split_points(
+        metric: Metric,
+        n: usize,
+        dims: usize,
+        seed: u64,
+        memo: Option<&PruneMemo>,
+    ) -> (SplitPoints, u64) {
         let mut x = seed | 1;
         let mut next = || {
             x ^= x << 13;
@@ -1413,9 +1530,47 @@ mod tests {
                 .lists
                 .push((0..params.m0).map(|_| AtomicU32::new(EMPTY)).collect());
             let entry = (slot > 0).then_some((0, 0));
-            insert(&store, &dist, &params, slot, 0, entry, None, &mut scratch);
+            insert(
+                &store,
+                &dist,
+                &params,
+                slot,
+                0,
+                entry,
+                None,
+                memo,
+                &mut scratch,
+            );
         }
-        store
+        (store, scratch.distance_count)
+    }
+
+    /// Fails if the prune memo changes a single edge of the graph (it may only skip
+    /// comparisons whose outcome is known), or if it stops saving comparisons. Below and above
+    /// `PAIR_MIN_DIMS`: the heuristic's two ways of comparing.
+    #[test]
+    fn the_prune_memo_changes_what_a_prune_computes_never_what_it_keeps() {
+        let n = 1200;
+        for (metric, dims) in [
+            (Metric::L2Squared, 24),
+            (Metric::Cosine, 24),
+            (Metric::L2Squared, PAIR_MIN_DIMS + 16),
+            (Metric::Cosine, PAIR_MIN_DIMS + 16),
+        ] {
+            let mut memo = PruneMemo::default();
+            memo.ensure(n);
+            let (plain, plain_count) = build_split_points(metric, n, dims, 5, None);
+            let (remembered, memo_count) = build_split_points(metric, n, dims, 5, Some(&memo));
+            for (slot, (a, b)) in plain.lists.iter().zip(&remembered.lists).enumerate() {
+                let a: Vec<u32> = a.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+                let b: Vec<u32> = b.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+                assert_eq!(a, b, "{metric:?} {dims}-d: slot {slot}'s list");
+            }
+            assert!(
+                memo_count * 10 < plain_count * 9,
+                "{metric:?} {dims}-d: {memo_count} distances with the memo, {plain_count} without"
+            );
+        }
     }
 
     /// Fails if ranking the ef found by exact distance skips a vector that belongs among the

@@ -503,7 +503,7 @@ mod tests {
         };
         for slot in 0..n as u32 {
             let entry = (slot > 0).then_some((0, 0));
-            insert(&store, dist, &params, slot, 0, entry, None, scratch);
+            insert(&store, dist, &params, slot, 0, entry, None, None, scratch);
         }
         store
     }

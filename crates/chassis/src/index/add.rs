@@ -330,6 +330,7 @@ impl Writer {
         if ids.len() > 1 {
             self.publish();
         }
+        self.prune_memo.ensure(self.count as usize);
         if threads <= 1 || levels.len() < 2 * threads {
             let mut scratch = self.take_scratch();
             for (i, &level) in levels.iter().enumerate() {
@@ -350,6 +351,7 @@ impl Writer {
                     level,
                     before,
                     None,
+                    Some(&self.prune_memo),
                     &mut scratch,
                 );
                 if becomes_entry {
@@ -403,6 +405,7 @@ impl Writer {
                         let store = &self.store;
                         let routed = &self.shared.routed;
                         let (dist, params) = (&self.dist, &self.params);
+                        let memo = &self.prune_memo;
                         // Each thread owns its scratch (moved in, handed back): scratches side
                         // by side in one Vec would share cache lines that every distance
                         // computation writes.
@@ -437,6 +440,7 @@ impl Writer {
                                     level,
                                     current,
                                     Some(locks),
+                                    Some(memo),
                                     &mut scratch,
                                 );
                                 let after = match held {

@@ -105,6 +105,9 @@ pub(crate) struct Writer {
     /// Where this writer publishes (the handle's, kept across a compaction).
     view: Arc<ArcSwap<Published>>,
     report: OpenReport,
+    /// What each layer-0 list's last prune kept together ([`graph::PruneMemo`]): the next
+    /// prune skips those comparisons. This writer's memory only; cleared at a rollback.
+    prune_memo: graph::PruneMemo,
 }
 
 impl std::fmt::Debug for Index {

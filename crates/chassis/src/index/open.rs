@@ -237,6 +237,7 @@ impl Writer {
                 &shared, &store, count, entry, &path,
             ))),
             report: OpenReport::default(),
+            prune_memo: graph::PruneMemo::default(),
             store,
         };
         let mut index = index;

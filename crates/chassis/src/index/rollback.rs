@@ -120,6 +120,8 @@ impl Writer {
             drop(old);
             self.count = sp.count;
             self.entry = sp.entry;
+            // Discarded slots will be rewritten with other vectors.
+            self.prune_memo.clear();
             self.pending_deletes = sp.pending_deletes.clone();
             // R goes back with the count, for readers in other processes and for searches.
             self.publish_routing(sp.count)?;
