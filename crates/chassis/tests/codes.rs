@@ -43,7 +43,9 @@ fn searches_walk_by_codes_and_return_exact_distances_in_every_metric() {
 }
 
 /// The bound ranks only what the codes leave in doubt: far fewer exact distances than the
-/// beam found, and the same answers as ranking everything (a file without codes, same graph).
+/// beam found, and the same answers as ranking everything (a file without codes, its graph
+/// built the same way but for the walks of its inserts, which a file with codes makes by
+/// its codes: docs/decisions/0013).
 #[test]
 fn codes_answer_as_the_same_graph_walked_by_vectors() {
     let data = clustered(3_000 + 50, DIMS, 30, 5);

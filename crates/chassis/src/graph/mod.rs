@@ -42,7 +42,9 @@ use filtered::gather_two_hop;
 pub use filtered::{scan, search_within_two_hop};
 #[cfg(test)]
 use insert::link;
-pub use insert::{insert, reconnect, rewrite_preserving, select_neighbors, PAIR_MIN_DIMS};
+pub use insert::{
+    insert, insert_walking, reconnect, rewrite_preserving, select_neighbors, PAIR_MIN_DIMS,
+};
 pub use memo::PruneMemo;
 pub(crate) use prefetch::prefetch;
 use prefetch::{prefetch_list, prefetch_scan, prefetch_walk};
@@ -1055,6 +1057,117 @@ mod tests {
             );
         }
         (store, scratch.distance_count)
+    }
+
+    /// The same graph's slots read by other vectors: each one rounded to a tenth, as a coarse
+    /// code would estimate it, counting the reads (an insert's walker).
+    struct Coarse<'a> {
+        graph: &'a SplitPoints,
+        vectors: Vec<Vec<f32>>,
+        reads: std::cell::Cell<u64>,
+    }
+
+    impl GraphStore for Coarse<'_> {
+        fn routing_count(&self) -> u32 {
+            self.graph.routing_count()
+        }
+        fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
+            self.reads.set(self.reads.get() + 1);
+            self.vectors
+                .get(slot as usize)
+                .map(|v| VectorRef::F32(&v[..]))
+        }
+        fn level0(&self, slot: u32) -> Option<&[AtomicU32]> {
+            self.graph.level0(slot)
+        }
+        fn upper(&self, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+            self.graph.upper(slot, layer)
+        }
+    }
+
+    /// Fails if an insert with a walker stops walking through it, or hands selection the
+    /// walker's distances instead of the store's: what it found must come out scored by the
+    /// store's vectors, nearest first, and still hold the new node's true nearest neighbor.
+    #[test]
+    fn an_insert_walks_by_its_walker_and_selects_by_the_store() {
+        let (n, dims) = (600usize, 24);
+        let store = split_points(Metric::L2Squared, n + 1, dims, 11);
+        // Slot n again, unlinked: its list emptied and every word naming it removed.
+        for list in &store.lists {
+            for w in list {
+                if w.load(Ordering::Relaxed) == n as u32 {
+                    w.store(EMPTY, Ordering::Relaxed);
+                }
+            }
+        }
+        for w in &store.lists[n] {
+            w.store(EMPTY, Ordering::Relaxed);
+        }
+        let exact: Vec<Vec<f32>> = (0..=n as u32)
+            .map(|s| store.vector(s).map(|v| v.to_vec()).unwrap_or_default())
+            .collect();
+        let walker = Coarse {
+            graph: &store,
+            vectors: exact
+                .iter()
+                .map(|v| v.iter().map(|x| (x * 10.0).round() / 10.0).collect())
+                .collect(),
+            reads: std::cell::Cell::new(0),
+        };
+        let params = Params {
+            m: 8,
+            m0: 16,
+            ef_construction: 64,
+            max_layers: 1,
+        };
+        let dist = Distance::new(Metric::L2Squared);
+        let mut scratch = Scratch::default();
+        insert_walking(
+            &store,
+            Some(&walker),
+            &dist,
+            &params,
+            n as u32,
+            0,
+            Some((0, 0)),
+            None,
+            None,
+            &mut scratch,
+        );
+        assert!(
+            walker.reads.get() > 64,
+            "the walk did not go through the walker"
+        );
+        let q = AlignedVector::new(&exact[n]);
+        let near = std::mem::take(&mut scratch.near);
+        assert!(near.len() >= params.m0);
+        let mut differs = false;
+        for pair in near.windows(2) {
+            assert!(pair[0].distance <= pair[1].distance, "not nearest first");
+        }
+        for s in &near {
+            let by_store = dist.walk(&q, store.vector(s.slot).expect("a vector"));
+            assert_eq!(
+                s.distance, by_store,
+                "slot {} kept the walker's distance",
+                s.slot
+            );
+            let by_walker = dist.walk(&q, walker.vector(s.slot).expect("a vector"));
+            differs |= by_walker != by_store;
+        }
+        assert!(differs, "the walker's vectors should estimate, not copy");
+        let nearest = (0..n as u32)
+            .min_by(|&a, &b| {
+                let da = distance::reference::l2sq(&exact[n], &exact[a as usize]);
+                let db = distance::reference::l2sq(&exact[n], &exact[b as usize]);
+                da.total_cmp(&db)
+            })
+            .expect("points");
+        let list: Vec<u32> = store.lists[n]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        assert!(list.contains(&nearest), "{nearest} not in {list:?}");
     }
 
     /// Fails if the prune memo changes a single edge of the graph (it may only skip

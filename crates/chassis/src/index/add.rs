@@ -331,6 +331,9 @@ impl Writer {
             self.publish();
         }
         self.prune_memo.ensure(self.count as usize);
+        // A file with codes walks each insert's searches by them, as its searches do, and
+        // scores what they found by the vectors before selecting (docs/decisions/0013).
+        let walk_codes = self.store.codebook().is_some();
         if threads <= 1 || levels.len() < 2 * threads {
             let mut scratch = self.take_scratch();
             for (i, &level) in levels.iter().enumerate() {
@@ -343,8 +346,13 @@ impl Writer {
                     codes: false,
                 };
                 let before = self.entry;
-                let becomes_entry = graph::insert(
+                let walker = View {
+                    codes: true,
+                    ..view
+                };
+                let becomes_entry = graph::insert_walking(
                     &view,
+                    walk_codes.then_some(&walker),
                     &self.dist,
                     &self.params,
                     slot,
@@ -391,6 +399,10 @@ impl Writer {
             walk: &self.shared.walk,
             codes: false,
         };
+        let walker = View {
+            codes: true,
+            ..view
+        };
         let mut scratches: Vec<Scratch> = (0..threads).map(|_| self.take_scratch()).collect();
         let prefix = Prefix::new(levels.len());
         for chunk_start in (0..levels.len()).step_by(PARALLEL_CHUNK) {
@@ -400,8 +412,8 @@ impl Writer {
                 let workers: Vec<_> = scratches
                     .drain(..)
                     .map(|mut scratch| {
-                        let (view, locks, entry, next, levels, prefix) =
-                            (&view, &locks, &entry, &next, &levels, &prefix);
+                        let (view, walker, locks, entry, next, levels, prefix) =
+                            (&view, &walker, &locks, &entry, &next, &levels, &prefix);
                         let store = &self.store;
                         let routed = &self.shared.routed;
                         let (dist, params) = (&self.dist, &self.params);
@@ -432,8 +444,9 @@ impl Writer {
                                     drop(guard);
                                     None
                                 };
-                                graph::insert(
+                                graph::insert_walking(
                                     view,
+                                    walk_codes.then_some(walker),
                                     dist,
                                     params,
                                     slot,

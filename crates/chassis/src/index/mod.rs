@@ -131,8 +131,9 @@ struct View<'a> {
     store: &'a Regions,
     count: u32,
     walk: &'a WalkCheck,
-    /// Walk by codes where the file has them (searches); inserts walk by the vectors, so the
-    /// graph is built by the distances it was built by before codes.
+    /// Walk by codes where the file has them: searches, and an insert's own searches (its
+    /// walker, [`graph::insert_walking`]), whose finds are then scored by the vectors, so
+    /// selection, links and prunes see the distances they saw before codes.
     codes: bool,
 }
 
