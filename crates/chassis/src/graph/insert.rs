@@ -1,7 +1,7 @@
 //! Insertion (algorithm 1) and neighbor selection (algorithm 4): the new node's search and
 //! selection, the backlinks, and the prune of a full list, which keeps the support invariant
 //! ([`super::support`]) and consults the writer's [`PruneMemo`]. The new node's searches may
-//! walk another reading of the graph ([`insert_walking`]: a file's codes).
+//! walk another reading of the graph (a walker: a file's codes).
 //!
 //! Invariants kept: a list is changed only under its node's lock when [`NodeLocks`] are
 //! given, one lock held at a time; a pruned list keeps its survivors in their words and
@@ -366,28 +366,13 @@ fn keep_supporting<S: GraphStore>(
 /// With `locks`, other threads may be inserting other slots at the same time (see the module
 /// doc); one of them may already have linked into `slot`'s lists, so its own selection is
 /// merged into what is there rather than written over it.
+///
+/// With a `walker` (the same graph read by other vectors: a file's codes), the descent and
+/// each layer's search walk through it, and what a layer's search found is scored again
+/// through `store` before anything is selected, so selection, links and prunes see the
+/// distances they see without one (docs/decisions/0013).
 #[allow(clippy::too_many_arguments)]
-pub fn insert<S: GraphStore>(
-    store: &S,
-    dist: &Distance,
-    params: &Params,
-    slot: u32,
-    level: usize,
-    entry: Option<(u32, usize)>,
-    locks: Option<&NodeLocks>,
-    memo: Option<&PruneMemo>,
-    scratch: &mut Scratch,
-) -> bool {
-    insert_walking::<S, S>(
-        store, None, dist, params, slot, level, entry, locks, memo, scratch,
-    )
-}
-
-/// [`insert`], its searches walked through `walker` where given (the same graph read by
-/// other vectors: codes), what they found then scored again through `store` before anything
-/// is selected, so selection, links and prunes see the distances [`insert`] gives them.
-#[allow(clippy::too_many_arguments)]
-pub fn insert_walking<S: GraphStore, W: GraphStore>(
+pub fn insert<S: GraphStore, W: GraphStore>(
     store: &S,
     walker: Option<&W>,
     dist: &Distance,
@@ -407,11 +392,7 @@ pub fn insert_walking<S: GraphStore, W: GraphStore>(
     };
     let q = AlignedVector::new(&q.to_vec());
     let q = &q[..];
-    let ev = match walker {
-        Some(w) => w.vector(ep),
-        None => store.vector(ep),
-    };
-    let Some(ev) = ev else {
+    let Some(ev) = walker.map_or_else(|| store.vector(ep), |w| w.vector(ep)) else {
         return false;
     };
     scratch.distance_count += 1;

@@ -42,9 +42,7 @@ use filtered::gather_two_hop;
 pub use filtered::{scan, search_within_two_hop};
 #[cfg(test)]
 use insert::link;
-pub use insert::{
-    insert, insert_walking, reconnect, rewrite_preserving, select_neighbors, PAIR_MIN_DIMS,
-};
+pub use insert::{insert, reconnect, rewrite_preserving, select_neighbors, PAIR_MIN_DIMS};
 pub use memo::PruneMemo;
 pub(crate) use prefetch::prefetch;
 use prefetch::{prefetch_list, prefetch_scan, prefetch_walk};
@@ -1046,6 +1044,7 @@ mod tests {
             let entry = (slot > 0).then_some((0, 0));
             insert(
                 &store,
+                None::<&SplitPoints>,
                 &dist,
                 &params,
                 slot,
@@ -1122,7 +1121,7 @@ mod tests {
         };
         let dist = Distance::new(Metric::L2Squared);
         let mut scratch = Scratch::default();
-        insert_walking(
+        insert(
             &store,
             Some(&walker),
             &dist,

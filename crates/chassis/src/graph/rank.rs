@@ -503,7 +503,18 @@ mod tests {
         };
         for slot in 0..n as u32 {
             let entry = (slot > 0).then_some((0, 0));
-            insert(&store, dist, &params, slot, 0, entry, None, None, scratch);
+            insert(
+                &store,
+                None::<&CodedPoints>,
+                dist,
+                &params,
+                slot,
+                0,
+                entry,
+                None,
+                None,
+                scratch,
+            );
         }
         store
     }

@@ -350,7 +350,7 @@ impl Writer {
                     codes: true,
                     ..view
                 };
-                let becomes_entry = graph::insert_walking(
+                let becomes_entry = graph::insert(
                     &view,
                     walk_codes.then_some(&walker),
                     &self.dist,
@@ -444,7 +444,7 @@ impl Writer {
                                     drop(guard);
                                     None
                                 };
-                                graph::insert_walking(
+                                graph::insert(
                                     view,
                                     walk_codes.then_some(walker),
                                     dist,

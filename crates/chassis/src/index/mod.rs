@@ -132,7 +132,7 @@ struct View<'a> {
     count: u32,
     walk: &'a WalkCheck,
     /// Walk by codes where the file has them: searches, and an insert's own searches (its
-    /// walker, [`graph::insert_walking`]), whose finds are then scored by the vectors, so
+    /// walker, [`graph::insert`]), whose finds are then scored by the vectors, so
     /// selection, links and prunes see the distances they saw before codes.
     codes: bool,
 }
