@@ -298,11 +298,31 @@ fn score_chunk<'s, S: GraphStore>(
     coded: &mut CodedQuery,
     chunk: &mut Chunk<'s>,
 ) -> usize {
-    let mut len = 0;
+    let mut kept = 0;
     for n in words.take(BATCH) {
-        if !keep(n) {
-            continue;
+        if keep(n) {
+            chunk.slots[kept] = n;
+            kept += 1;
         }
+    }
+    score_slots(store, dist, q, kept, count, coded, chunk)
+}
+
+/// Scores the first `fresh` slots of `chunk.slots` (those without a vector are dropped),
+/// prefetching every vector before scoring any, as [`score_chunk`] does once it has them.
+#[inline(always)]
+fn score_slots<'s, S: GraphStore>(
+    store: &'s S,
+    dist: &Distance,
+    q: &[f32],
+    fresh: usize,
+    count: &mut u64,
+    coded: &mut CodedQuery,
+    chunk: &mut Chunk<'s>,
+) -> usize {
+    let mut len = 0;
+    for i in 0..fresh.min(BATCH) {
+        let n = chunk.slots[i];
         if let Some(v) = store.vector(n) {
             prefetch_walk(v);
             chunk.slots[len] = n;
@@ -515,13 +535,16 @@ fn search_layer_within<S: GraphStore, F: Fn(u32) -> bool, const TWO_HOP: bool>(
                     &mut chunk,
                 )
             } else {
-                let visited = &mut scratch.visited;
-                score_chunk(
+                // The visited set's reset size is r: slots at or past it are skipped there.
+                let fresh = scratch.visited.insert_new(
+                    list[at..].iter().map(|w| w.load(Ordering::Relaxed)),
+                    &mut chunk.slots,
+                );
+                score_slots(
                     store,
                     dist,
                     q,
-                    list[at..].iter().map(|w| w.load(Ordering::Relaxed)),
-                    |n| n < r && visited.insert(n),
+                    fresh,
                     &mut scratch.distance_count,
                     &mut scratch.coded,
                     &mut chunk,

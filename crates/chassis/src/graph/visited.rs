@@ -7,14 +7,17 @@
 //! one load).
 //!
 //! Invariants: bit i of `bits` is set exactly when slot i was inserted since the last reset;
-//! every nonzero word's index is in `touched` (each once), so zeroing those words clears the set.
+//! every nonzero word's index is among `touched[..touched_len]` (at least once), so zeroing
+//! those words clears the set.
 
 /// Visited slots of one search.
 #[derive(Debug, Default)]
 pub struct VisitedSet {
     bits: Vec<u64>,
-    /// Indices of the words of `bits` that are nonzero.
+    /// Indices of the words of `bits` that are nonzero: the first `touched_len` entries (the
+    /// rest is room written ahead of the count, so recording one takes no branch).
     touched: Vec<u32>,
+    touched_len: usize,
     /// Slots at or past this count as visited.
     len: usize,
 }
@@ -22,16 +25,17 @@ pub struct VisitedSet {
 impl VisitedSet {
     /// Starts a new search over slots below `n`.
     pub fn reset(&mut self, n: usize) {
-        if self.touched.len() > self.bits.len() / 8 {
+        let touched = self.touched.get(..self.touched_len).unwrap_or(&[]);
+        if touched.len() > self.bits.len() / 8 {
             self.bits.iter_mut().for_each(|w| *w = 0);
         } else {
-            for &w in &self.touched {
+            for &w in touched {
                 if let Some(word) = self.bits.get_mut(w as usize) {
                     *word = 0;
                 }
             }
         }
-        self.touched.clear();
+        self.touched_len = 0;
         let words = n.div_ceil(64);
         if self.bits.len() < words {
             self.bits.resize(words, 0);
@@ -63,7 +67,9 @@ impl VisitedSet {
             Some(word) if *word & bit == 0 => {
                 if *word == 0 {
                     // w < len / 64 + 1 ≤ u32::MAX / 64 + 1: slots are u32.
+                    self.touched.truncate(self.touched_len);
                     self.touched.push(w as u32);
+                    self.touched_len += 1;
                 }
                 *word |= bit;
                 true
@@ -71,11 +77,102 @@ impl VisitedSet {
             _ => false,
         }
     }
+
+    /// Marks every slot `words` yields (up to `out.len()` of them) and writes the ones not
+    /// visited before to `out`, in order; returns how many it wrote. Slots at or past the
+    /// reset size are skipped, as [`VisitedSet::insert`] skips them.
+    ///
+    /// The same as calling `insert` on each, without a branch on the answer: about half of a
+    /// neighbor list was visited before, in no order a branch predictor can learn, and each
+    /// wrong guess cost more than the test (a 128-d walk's largest single cost in cache).
+    #[inline]
+    pub fn insert_new(&mut self, words: impl Iterator<Item = u32>, out: &mut [u32]) -> usize {
+        // Room for every word this call may record, so each is written before it is counted.
+        let room = self.touched_len + out.len();
+        if self.touched.len() < room {
+            self.touched.resize(room, 0);
+        }
+        let mut fresh = 0;
+        for (i, s) in words.take(out.len()).enumerate() {
+            let slot = s as usize;
+            if slot >= self.len {
+                continue;
+            }
+            let w = slot / 64;
+            let Some(word) = self.bits.get_mut(w) else {
+                continue;
+            };
+            let old = *word;
+            let bit = 1u64 << (slot % 64);
+            *word = old | bit;
+            // w ≤ u32::MAX / 64: slots are u32. The count moves only for a word that was
+            // zero; the entry past it is overwritten by the next.
+            if let Some(t) = self.touched.get_mut(self.touched_len) {
+                *t = w as u32;
+            }
+            self.touched_len += usize::from(old == 0);
+            // `fresh` ≤ i < out.len(): at most one slot is written per word taken.
+            if let Some(o) = out.get_mut(fresh) {
+                *o = s;
+            }
+            fresh += usize::from(old & bit == 0);
+            debug_assert!(fresh <= i + 1);
+        }
+        fresh
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn insert_new_answers_as_insert_does_and_its_words_are_cleared() {
+        // Lists of up to 32 words (duplicates, slots past the reset size, words never set
+        // before and words set already), fed to insert_new on one set and one by one to
+        // insert on another: the same fresh slots in the same order, the same bits after.
+        let (mut a, mut b) = (VisitedSet::default(), VisitedSet::default());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in [300usize, 5000, 70, 100_000] {
+            a.reset(n);
+            b.reset(n);
+            // Few rounds in the largest set, so its reset clears by the touched words alone.
+            let rounds = if n > 50_000 { 5 } else { 200 };
+            for round in 0..rounds {
+                let mut words = Vec::new();
+                for _ in 0..(round % 33) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Mostly in range, some past it, some repeated.
+                    words.push((x % (n as u64 + n as u64 / 8)) as u32);
+                }
+                if let Some(&w) = words.first() {
+                    words.push(w);
+                }
+                words.truncate(32);
+                let mut out = [0u32; 32];
+                let fresh = a.insert_new(words.iter().copied(), &mut out);
+                let expected: Vec<u32> = words.iter().copied().filter(|&w| b.insert(w)).collect();
+                assert_eq!(&out[..fresh], &expected[..], "n={n} round {round}");
+            }
+            assert_eq!(a.bits[..n.div_ceil(64)], b.bits[..n.div_ceil(64)]);
+            // A reset clears every word insert_new set, by the touched words or the whole
+            // array: nothing is visited afterwards.
+            a.reset(n);
+            let all: Vec<u32> = (0..n as u32).collect();
+            for chunk in all.chunks(32) {
+                let mut out = [0u32; 32];
+                assert_eq!(a.insert_new(chunk.iter().copied(), &mut out), chunk.len());
+            }
+        }
+        // Only out.len() words are taken.
+        let mut v = VisitedSet::default();
+        v.reset(100);
+        let mut out = [0u32; 2];
+        assert_eq!(v.insert_new([1, 2, 3].into_iter(), &mut out), 2);
+        assert!(v.insert(3), "the third word was not taken");
+    }
 
     #[test]
     fn resets_isolate_searches_and_clear_every_word_they_set() {

@@ -25,7 +25,8 @@ use crate::error::{Error, Result};
 use crate::filter::index::{Compiled, DocSource, FilterIndex};
 use crate::filter::search::{Strategy, Target};
 use crate::filter::Filter;
-use crate::format::geometry::SegmentLayout;
+use crate::format::codes::Codebook;
+use crate::format::geometry::{Geometry, SegmentLayout};
 use crate::format::header::{self, Header, FLAG_CUSTOM_IDS};
 use crate::format::metadata::{DocRef, Metadata, ValueRef};
 use crate::format::record;
@@ -140,6 +141,13 @@ struct Slots<'a> {
     snap: &'a Snapshot,
     /// Slots a search may traverse: R, or N with routing off.
     routing: u32,
+    /// What every neighbor's lookup reads, copied out of the snapshot once per view (each
+    /// behind one or two `Arc`s there: a chain of loads per neighbor otherwise). N, the
+    /// committed codebook with its codes' packed bytes, the segments and their geometry.
+    committed: u64,
+    codebook: Option<(&'a Codebook, usize)>,
+    segments: &'a [(SegmentLayout, snapshot::Mapped)],
+    geometry: &'a Geometry,
 }
 
 /// The graph as one snapshot sees it (one search's view: not shared between threads).
@@ -175,6 +183,14 @@ impl<'a> View<'a> {
                 reader,
                 snap,
                 routing,
+                committed: snap.header.committed_count,
+                codebook: snap
+                    .regions
+                    .codebook
+                    .as_ref()
+                    .map(|(_, book)| (&**book, book.packed_bytes())),
+                segments: &snap.regions.segments,
+                geometry: &snap.file.geometry,
             },
             hints: bumpalo::Bump::new(),
         }
@@ -233,8 +249,8 @@ impl<'a> View<'a> {
 impl Slots<'_> {
     #[inline]
     fn place(&self, slot: u32) -> Option<(&SegmentLayout, &Region, u64)> {
-        let (k, off) = self.snap.file.geometry.locate(u64::from(slot));
-        let (layout, m) = self.snap.regions.segments.get(k as usize)?;
+        let (k, off) = self.geometry.locate(u64::from(slot));
+        let (layout, m) = self.segments.get(k as usize)?;
         Some((layout, &m.region, off))
     }
 
@@ -311,12 +327,12 @@ impl GraphStore for View<'_> {
     fn vector(&self, slot: u32) -> Option<VectorRef<'_>> {
         // Committed slots are walked by their codes once the header names a codebook; a hint
         // slot (at or past N) by its vector, copied out.
-        if let Some((_, book)) = &self.snap.regions.codebook {
-            if u64::from(slot) < self.snap.header.committed_count {
+        if let Some((book, packed)) = self.codebook {
+            if u64::from(slot) < self.committed {
                 let (layout, region, off) = self.place(slot)?;
                 let at = layout.codes_at + off * layout.code_bytes;
                 return region
-                    .bytes(at, book.packed_bytes())
+                    .bytes(at, packed)
                     .ok()
                     .map(|c| VectorRef::Code(c, book));
             }
@@ -358,7 +374,7 @@ impl GraphStore for View<'_> {
         let parts = layout.vector_parts(off);
         // Committed vectors never change and are lent in place; a vector at or past N may be
         // rewritten by a restarted writer while a search reads it, so it is copied out.
-        if u64::from(slot) >= self.snap.header.committed_count {
+        if u64::from(slot) >= self.committed {
             return self.hint_vector(region, parts);
         }
         crate::storage::lend_vector(
@@ -941,11 +957,11 @@ impl IndexReader {
 
 #[cfg(test)]
 mod tests {
+    use crate::format::geometry::Geometry;
     use std::cell::RefCell;
     use std::rc::Rc;
     use std::sync::Arc;
 
-    use crate::format::geometry::Geometry;
     use crate::graph::Metric;
     use crate::index::{Index, Options};
     use crate::os::MemStorage;
