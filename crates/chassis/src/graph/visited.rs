@@ -58,67 +58,63 @@ impl VisitedSet {
     /// reported as visited, so they are skipped.
     #[inline]
     pub fn insert(&mut self, slot: u32) -> bool {
+        self.make_room(1);
+        self.mark(slot)
+    }
+
+    /// Marks every slot `words` yields (up to `out.len()` of them) and writes the ones not
+    /// visited before to `out`, in order; returns how many it wrote. The same as calling
+    /// [`VisitedSet::insert`] on each.
+    ///
+    /// Neither decides by a branch on the answer: about half of a neighbor list was visited
+    /// before, in no order a branch predictor can learn, and each wrong guess cost more than
+    /// the test (a 128-d walk's largest single cost in cache; docs/decisions/0014).
+    #[inline]
+    pub fn insert_new(&mut self, words: impl Iterator<Item = u32>, out: &mut [u32]) -> usize {
+        self.make_room(out.len());
+        let mut fresh = 0;
+        for s in words.take(out.len()) {
+            // Written whatever the answer; counted only when new (then overwritten if not).
+            // `fresh` < out.len() here: at most one is counted per word taken.
+            if let Some(o) = out.get_mut(fresh) {
+                *o = s;
+            }
+            fresh += usize::from(self.mark(s));
+        }
+        fresh
+    }
+
+    /// Makes room in `touched` for `marks` more words past its count.
+    #[inline]
+    fn make_room(&mut self, marks: usize) {
+        let room = self.touched_len + marks;
+        if self.touched.len() < room {
+            self.touched.resize(room, 0);
+        }
+    }
+
+    /// Sets `slot`'s bit; returns whether it was clear (false at or past the reset size). A
+    /// word that was zero is recorded in `touched` by writing it past the count and moving the
+    /// count by whether it was zero; the caller made room ([`VisitedSet::make_room`]).
+    #[inline(always)]
+    fn mark(&mut self, slot: u32) -> bool {
         let s = slot as usize;
         if s >= self.len {
             return false;
         }
-        let (w, bit) = (s / 64, 1u64 << (s % 64));
-        match self.bits.get_mut(w) {
-            Some(word) if *word & bit == 0 => {
-                if *word == 0 {
-                    // w < len / 64 + 1 ≤ u32::MAX / 64 + 1: slots are u32.
-                    self.touched.truncate(self.touched_len);
-                    self.touched.push(w as u32);
-                    self.touched_len += 1;
-                }
-                *word |= bit;
-                true
-            }
-            _ => false,
+        let w = s / 64;
+        let Some(word) = self.bits.get_mut(w) else {
+            return false;
+        };
+        let old = *word;
+        let bit = 1u64 << (s % 64);
+        *word = old | bit;
+        // w < len / 64 + 1 ≤ u32::MAX / 64 + 1: slots are u32.
+        if let Some(t) = self.touched.get_mut(self.touched_len) {
+            *t = w as u32;
         }
-    }
-
-    /// Marks every slot `words` yields (up to `out.len()` of them) and writes the ones not
-    /// visited before to `out`, in order; returns how many it wrote. Slots at or past the
-    /// reset size are skipped, as [`VisitedSet::insert`] skips them.
-    ///
-    /// The same as calling `insert` on each, without a branch on the answer: about half of a
-    /// neighbor list was visited before, in no order a branch predictor can learn, and each
-    /// wrong guess cost more than the test (a 128-d walk's largest single cost in cache).
-    #[inline]
-    pub fn insert_new(&mut self, words: impl Iterator<Item = u32>, out: &mut [u32]) -> usize {
-        // Room for every word this call may record, so each is written before it is counted.
-        let room = self.touched_len + out.len();
-        if self.touched.len() < room {
-            self.touched.resize(room, 0);
-        }
-        let mut fresh = 0;
-        for (i, s) in words.take(out.len()).enumerate() {
-            let slot = s as usize;
-            if slot >= self.len {
-                continue;
-            }
-            let w = slot / 64;
-            let Some(word) = self.bits.get_mut(w) else {
-                continue;
-            };
-            let old = *word;
-            let bit = 1u64 << (slot % 64);
-            *word = old | bit;
-            // w ≤ u32::MAX / 64: slots are u32. The count moves only for a word that was
-            // zero; the entry past it is overwritten by the next.
-            if let Some(t) = self.touched.get_mut(self.touched_len) {
-                *t = w as u32;
-            }
-            self.touched_len += usize::from(old == 0);
-            // `fresh` ≤ i < out.len(): at most one slot is written per word taken.
-            if let Some(o) = out.get_mut(fresh) {
-                *o = s;
-            }
-            fresh += usize::from(old & bit == 0);
-            debug_assert!(fresh <= i + 1);
-        }
-        fresh
+        self.touched_len += usize::from(old == 0);
+        old & bit == 0
     }
 }
 

@@ -257,7 +257,7 @@ impl Slots<'_> {
     /// The two words of `slot`'s aux record (codes only), where they lie in the mapping.
     #[inline]
     fn code_aux_words(&self, slot: u32) -> Option<&[AtomicU32]> {
-        self.snap.regions.codebook.as_ref()?;
+        self.codebook?;
         let (layout, region, off) = self.place(slot)?;
         region
             .u32_words(layout.aux_at + off * crate::format::codes::AUX_BYTES, 2)
@@ -280,7 +280,7 @@ impl Slots<'_> {
     /// Whether `slot` is returnable: below N, and not deleted at or before E.
     #[inline]
     fn live(&self, slot: u32) -> bool {
-        if u64::from(slot) >= self.snap.header.committed_count {
+        if u64::from(slot) >= self.committed {
             return false;
         }
         // At delete epoch 0 no delete was ever committed: a slot's deleted epoch d is live
